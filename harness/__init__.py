@@ -1,0 +1,1 @@
+"""The harness: CLI, runner, timing, equivalence, autotune, memory accounting and reports."""

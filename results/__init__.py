@@ -1,0 +1,1 @@
+"""Results schema and run-directory I/O."""

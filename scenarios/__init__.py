@@ -1,0 +1,1 @@
+"""Scenarios, one module each, registered explicitly below."""

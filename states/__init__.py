@@ -1,0 +1,1 @@
+"""State storage: the three SSM state modes and the KV page pools."""
