@@ -1,0 +1,220 @@
+"""Replay mode: one checkpoint plus a history ring of per-token records (SPEC §3).
+
+Per request and layer: the checkpoint `S0`, and a ring of `2 * Lh` records in two halves. Derived
+records (normalized k, corrected value d, log gate g) let forward compute outputs from `S0` and the
+history without writing the state; raw records (raw k, raw v, beta) let a fold replay the accepted
+tokens through exactly the native step, in fp32, rounding once. The cursor (`phase * 2Lh + count`)
+counts accepted records since the checkpoint; accepting only moves it. Before a round, a request
+whose history would overflow (`count + width > Lh`) folds, and its next records go to the other half,
+so a fold never overwrites records that are still being read.
+
+With `G_t = sum_{i <= t} g_i` over the history since the checkpoint and `D(x) = diag(exp(x))`:
+`S_t = D(G_t) S0 + sum_{j <= t} D(G_t - G_j) k_j d_j^T`, which gives each new token's
+`sk_t`, `d_t = beta_t (v_t - sk_t)` and `o_t` without materializing `S_t`. Products of `exp(g)` are
+carried forward only (never divided back), so nothing overflows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, seq_sum
+from states.base import DTYPE_NAMES, Round, SSMState, StateConfig, _nbytes
+from states.geometry import SSMGeometry
+from states.params import TokenInputs
+
+
+class ReplayState(SSMState):
+    mode = "replay"
+
+    @classmethod
+    def _validate_config(cls, geom: SSMGeometry, cfg: StateConfig) -> None:
+        super()._validate_config(geom, cfg)
+        Lh = cfg.history_len
+        if Lh < 4 or Lh & (Lh - 1):
+            raise ValueError(f"history length must be a power of two and at least 4, got {Lh}")
+        if Lh < cfg.width:
+            raise ValueError(f"history length {Lh} is shorter than the verify width W = {cfg.width}")
+        if cfg.history_dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"history dtype must be fp32 or bf16, got {DTYPE_NAMES.get(cfg.history_dtype)}")
+
+    def _allocate(self) -> None:
+        g, cfg = self.geom, self.cfg
+        L, cap, P, dev = g.layers, cfg.max_requests, 2 * cfg.history_len, cfg.device
+        H, HV, K, V = g.key_heads, g.value_heads, g.head_k_dim, g.head_v_dim
+        gate = (L, cap, HV, P) if g.family == "gdn" else (L, cap, HV, P, K)
+        self.ssm = torch.zeros(L, cap, HV, K, V, dtype=cfg.state_dtype, device=dev)  # the checkpoint
+        # ring records: [L, slots, heads, 2 * Lh, ...]; ring position = phase * Lh + record number
+        self.hist_k = torch.zeros(L, cap, H, P, K, dtype=cfg.history_dtype, device=dev)
+        self.hist_d = torch.zeros(L, cap, HV, P, V, dtype=cfg.history_dtype, device=dev)
+        self.hist_g = torch.zeros(gate, dtype=torch.float32, device=dev)
+        self.raw_k = torch.zeros(L, cap, H, P, K, dtype=cfg.act_dtype, device=dev)
+        self.raw_v = torch.zeros(L, cap, HV, P, V, dtype=cfg.act_dtype, device=dev)
+        self.raw_beta = torch.zeros(L, cap, HV, P, dtype=torch.float32, device=dev)
+        self.cursor = torch.zeros(cap, dtype=torch.int32, device=dev)  # slot -> phase * 2Lh + count
+
+    def _pool_tensors(self) -> dict[str, torch.Tensor]:
+        return {
+            **super()._pool_tensors(),
+            "ssm": self.ssm, "hist_k": self.hist_k, "hist_d": self.hist_d, "hist_g": self.hist_g,
+            "raw_k": self.raw_k, "raw_v": self.raw_v, "raw_beta": self.raw_beta, "cursor": self.cursor,
+        }
+
+    @classmethod
+    def bytes_per_request(cls, geom: SSMGeometry, cfg: StateConfig) -> dict[str, int]:
+        terms = super().bytes_per_request(geom, cfg)
+        act, hist = _nbytes(cfg.act_dtype), _nbytes(cfg.history_dtype)
+        H, HV, K, V = geom.key_heads, geom.value_heads, geom.head_k_dim, geom.head_v_dim
+        terms["ssm"] = geom.layers * geom.state_elems * _nbytes(cfg.state_dtype)
+        terms["history"] = geom.layers * 2 * cfg.history_len * (
+            H * K * hist + HV * V * hist + HV * geom.gate_width * 4 + H * K * act + HV * V * act + HV * 4
+        )
+        terms["cursor"] = 4
+        terms["total"] = sum(terms.values())
+        return terms
+
+    def _reset_mode(self, slots: torch.Tensor) -> None:
+        for t in (self.ssm, self.hist_k, self.hist_d, self.hist_g, self.raw_k, self.raw_v, self.raw_beta):
+            t[:, slots] = 0
+        self.cursor[slots] = 0
+
+    # ------------------------------------------------------------------ cursor helpers
+    def _count_base(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(accepted records since the checkpoint, ring position of the first one) per slot, int64."""
+        P, Lh = 2 * self.cfg.history_len, self.cfg.history_len
+        cur = self.cursor[slots].long()
+        return cur % P, (cur // P) * Lh
+
+    # ------------------------------------------------------------------ fold / materialize
+    def _fold(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
+        """Checkpoint of `slots` with their accepted records replayed, fp32 (not rounded, not written)."""
+        count, base = self._count_base(slots)
+        S = self.ssm[layer, slots].float()
+        step = self._step()
+        for j in range(int(count.max()) if count.numel() else 0):
+            pos = base + j
+            S_new, _ = step(
+                S,
+                l2norm(self.raw_k[layer, slots, :, pos]),
+                self.raw_v[layer, slots, :, pos].float(),
+                decay_from_log_gate(self.hist_g[layer, slots, :, pos]),
+                self.raw_beta[layer, slots, :, pos],
+            )
+            S = torch.where((j < count)[:, None, None, None], S_new, S)
+        return S
+
+    def materialize(self, slots: torch.Tensor) -> None:
+        """Fold the accepted history of `slots` into their checkpoints (boundaries: prefill, export)."""
+        slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
+        self._check_slots(slots)
+        self._fold_into_checkpoint(slots)
+
+    def _fold_into_checkpoint(self, slots: torch.Tensor) -> None:
+        if self.cfg.backend == "triton":
+            return self._fold_triton(slots)
+        for layer in range(self.geom.layers):
+            self.ssm[layer, slots] = self._fold(layer, slots).to(self.cfg.state_dtype)
+        self._flip(slots)
+
+    def _fold_triton(self, slots: torch.Tensor) -> None:
+        raise NotImplementedError("the triton backend of replay is not built yet")
+
+    def _flip(self, slots: torch.Tensor) -> None:
+        """After a fold: count 0, next records in the other half of the ring."""
+        P = 2 * self.cfg.history_len
+        phase = self.cursor[slots] // P
+        self.cursor[slots] = (1 - phase) * P
+
+    def _begin_round_mode(self, rnd: Round) -> None:
+        count, _ = self._count_base(rnd.slots)
+        overflow = count + rnd.widths.long() > self.cfg.history_len
+        if self.cfg.backend == "torch":
+            if bool(overflow.any()):
+                self._fold_into_checkpoint(rnd.slots[overflow])
+        else:
+            self._prepare_triton(rnd, overflow)
+
+    def _prepare_triton(self, rnd: Round, overflow: torch.Tensor) -> None:
+        raise NotImplementedError("the triton backend of replay is not built yet")
+
+    # ------------------------------------------------------------------ forward
+    def _forward_torch(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
+        p, valid = self._conv_and_prepare(layer, inputs, rnd)
+        g, cfg = self.geom, self.cfg
+        Lh, grp, hd = cfg.history_len, g.group, cfg.history_dtype
+        n, slots = rnd.n, rnd.slots
+        count, base = self._count_base(slots)
+        S0 = self.ssm[layer, slots].float()
+        kda = g.family == "kda"
+
+        # history since the checkpoint, in local positions 0..Lh-1 (ring position base + j)
+        pos = base[:, None] + torch.arange(Lh, device=S0.device)  # [n, Lh] -> ring position
+        hk = _gather_positions(self.hist_k[layer, slots], pos).float()
+        hdl = _gather_positions(self.hist_d[layer, slots], pos).float()
+        hg = _gather_positions(self.hist_g[layer, slots], pos)
+        Dk = torch.zeros(n, g.value_heads, Lh, g.head_k_dim, device=S0.device)  # e^{G_now - G_j} * k_j
+        Dd = torch.zeros(n, g.value_heads, Lh, g.head_v_dim, device=S0.device)  # d_j
+        eG = torch.ones(n, g.value_heads, g.gate_width, device=S0.device)  # e^{G_now}
+
+        def advance(dec: torch.Tensor, m: torch.Tensor) -> None:
+            nonlocal Dk, eG
+            dec = dec if kda else dec[..., None]  # [n, HV, gw]
+            Dk = torch.where(m[:, None, None, None], Dk * dec[:, :, None, :], Dk)
+            eG = torch.where(m[:, None, None], eG * dec, eG)
+
+        for j in range(Lh):
+            m = j < count
+            advance(decay_from_log_gate(hg[:, :, j]), m)
+            put = m[:, None, None]
+            Dk[:, :, j] = torch.where(put, expand_heads(hk[:, :, j], grp), Dk[:, :, j])
+            Dd[:, :, j] = torch.where(put, hdl[:, :, j], Dd[:, :, j])
+
+        o_pad = torch.zeros(n, rnd.width, g.value_heads, g.head_v_dim, device=S0.device)
+        local = torch.arange(Lh, device=S0.device)
+        for t in range(rnd.width):
+            m = valid[:, t]
+            advance(p.decay[:, t], m)
+            k_t, q_t = expand_heads(p.k[:, t], grp), expand_heads(p.q[:, t], grp)
+            sk = seq_sum(S0 * (eG * k_t)[..., None], -2) + _history_term(Dk, Dd, k_t)
+            d_t = (p.beta[:, t][..., None] * (p.v[:, t] - sk)).to(hd)
+            here = (local[None, :] == (count + t)[:, None]) & m[:, None]  # [n, Lh] local position of token t
+            Dk = torch.where(here[:, None, :, None], expand_heads(p.k[:, t].to(hd).float(), grp)[:, :, None], Dk)
+            Dd = torch.where(here[:, None, :, None], d_t.float()[:, :, None], Dd)
+            o_pad[:, t] = seq_sum(S0 * (eG * q_t)[..., None], -2) + _history_term(Dk, Dd, q_t)
+            rows, ring = slots[m], (base + count + t)[m]
+            self.hist_k[layer, rows, :, ring] = p.k[m, t].to(hd)
+            self.hist_d[layer, rows, :, ring] = d_t[m]
+            self.hist_g[layer, rows, :, ring] = p.g[m, t]
+            self.raw_k[layer, rows, :, ring] = p.k_raw[m, t]
+            self.raw_v[layer, rows, :, ring] = p.v_raw[m, t]
+            self.raw_beta[layer, rows, :, ring] = p.beta[m, t]
+        return self._scatter_outputs(o_pad, rnd)
+
+    def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
+        self.cursor[rnd.slots] += torch.where(rnd.widths > 0, accepted + 1, 0)
+
+    # ------------------------------------------------------------------ accepted state
+    def _snapshot_ssm(self, slots: torch.Tensor) -> torch.Tensor:
+        if self.cfg.backend == "triton":
+            return self._snapshot_triton(slots)
+        folded = [self._fold(layer, slots).to(self.cfg.state_dtype) for layer in range(self.geom.layers)]
+        return torch.stack(folded, dim=1)
+
+    def _snapshot_triton(self, slots: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("the triton backend of replay is not built yet")
+
+    def _load_ssm(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
+        self.ssm[:, slots] = ssm
+
+
+def _history_term(Dk: torch.Tensor, Dd: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`sum_j (Dk_j . x) d_j`: Dk `[n, HV, J, K]`, Dd `[n, HV, J, V]`, x `[n, HV, K]` -> `[n, HV, V]`."""
+    return torch.einsum("nhj,nhjv->nhv", torch.einsum("nhjk,nhk->nhj", Dk, x), Dd)
+
+
+def _gather_positions(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """`x [n, heads, P, ...]` at per-row positions `pos [n, J]` -> `[n, heads, J, ...]`."""
+    n, heads = x.shape[:2]
+    idx = pos[:, None, :].expand(n, heads, -1)
+    idx = idx.reshape(*idx.shape, *([1] * (x.dim() - 3))).expand(n, heads, pos.shape[1], *x.shape[3:])
+    return torch.gather(x, 2, idx)
