@@ -1,0 +1,174 @@
+"""Figures of a run (SPEC §9), drawn with the Agg canvas (no display, no pyplot global state).
+
+Per (scenario, family), into `<scenario>-<family>-<metric>.png`:
+
+* `throughput`: tokens/s vs batch per mode, with the p20-p80 band (tokens/s at the p80 and p20
+  times), log-x;
+* `memory`: bytes per request per mode, predicted and measured bars;
+* `speedup`: native median / mode median vs batch, one line per mode and drafts (and any other axis
+  that varies), log-x;
+* `bandwidth`: achieved GB/s vs batch per mode, with the ceilings measured in the run as dashed lines.
+
+A line's label is its mode plus every other key column that varies inside the figure (backend,
+preset, drafts, dtypes, ...). A figure with no data to draw is skipped and the reason returned,
+never an exception.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
+
+from results.schema import KEY, Status
+from results.store import Run
+from results.tables import mode_label, mode_order
+
+METRICS = ("throughput", "memory", "speedup", "bandwidth")
+_MODE_SPECIFIC = ["history_len", "history_dtype"]  # part of the mode's label (results.tables.mode_label)
+# Key columns that are neither the figure (scenario, family), the x axis, nor part of the mode label.
+_LABEL_COLUMNS = [c for c in KEY if c not in ("scenario", "family", "mode", "batch", *_MODE_SPECIFIC)]
+# One colour per mode in every figure; variants of a mode differ by line style.
+_MODE_COLOURS = {"native": "C0", "compact": "C1", "replay": "C2"}
+_STYLES = ["-", "--", ":", "-."]
+
+
+def plot_run(run: Run, out_dir: str | Path | None = None) -> dict[str, Path | str]:
+    """Write every figure the run has data for; returns file name -> written path or skip reason."""
+    out = Path(out_dir) if out_dir is not None else run.path / "figures"
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Path | str] = {}
+    df = run.throughput
+    for (scenario, family), _ in df.groupby(["scenario", "family"], sort=True):
+        for metric in METRICS:
+            name = f"{scenario}-{family}-{metric}.png"
+            fig = make_figure(df, scenario, family, metric)
+            if isinstance(fig, str):
+                results[name] = fig
+                continue
+            fig.savefig(out / name, dpi=120)
+            results[name] = out / name
+    return results
+
+
+def make_figure(df: pd.DataFrame, scenario: str, family: str, metric: str) -> Figure | str:
+    """The `metric` figure for one (scenario, family) of a throughput frame, or why there is none."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    rows = df[(df["scenario"] == scenario) & (df["family"] == family)]
+    if rows.empty:
+        return f"no rows for {scenario}/{family}"
+    return _DRAW[metric](rows, f"{scenario} · {family}")
+
+
+def _throughput(rows: pd.DataFrame, title: str) -> Figure | str:
+    rows = _timed(rows, "tokens_per_s")
+    if rows.empty:
+        return "no passed rows with batch and tokens_per_s"
+    fig, ax = _axes(title, "batch", "tokens/s")
+    for label, style, line in _lines(rows):
+        # tokens/s scales as 1 / time, so the p80 time gives the low edge of the band.
+        ax.plot(line["batch"], line["tokens_per_s"], marker="o", label=label, **style)
+        lo = line["tokens_per_s"] * line["median_us"] / line["p80_us"]
+        hi = line["tokens_per_s"] * line["median_us"] / line["p20_us"]
+        ax.fill_between(line["batch"], lo, hi, alpha=0.2, color=style["color"])
+    return _finish(fig, ax, log_x=True)
+
+
+def _memory(rows: pd.DataFrame, title: str) -> Figure | str:
+    cols = ["bytes_per_request_predicted", "bytes_per_request_measured"]
+    rows = rows[rows[cols].notna().any(axis=1)]
+    if rows.empty:
+        return "no rows with bytes per request"
+    labels, predicted, measured = [], [], []
+    for label, _, line in _lines(rows, x=None):
+        labels.append(label)
+        predicted.append(line["bytes_per_request_predicted"].median() / 2**20)
+        measured.append(line["bytes_per_request_measured"].median() / 2**20)
+    fig, ax = _axes(title, "mode", "MiB per request")
+    pos = list(range(len(labels)))
+    ax.bar([p - 0.2 for p in pos], predicted, width=0.4, label="predicted")
+    ax.bar([p + 0.2 for p in pos], measured, width=0.4, label="measured")
+    ax.set_xticks(pos, labels, rotation=20, ha="right")
+    return _finish(fig, ax, log_x=False)
+
+
+def _speedup(rows: pd.DataFrame, title: str) -> Figure | str:
+    rows = _timed(rows, "median_us")
+    native = rows[rows["mode"] == "native"]
+    others = rows[rows["mode"].notna() & (rows["mode"] != "native")]
+    if native.empty or others.empty:
+        return "needs timed native rows and timed rows of another mode"
+    match = [c for c in KEY if c not in ["mode", *_MODE_SPECIFIC]]
+    base = native[match + ["median_us"]].rename(columns={"median_us": "native_us"})
+    paired = others.merge(base, on=match)  # pandas matches empty (NA) keys with each other
+    if paired.empty:
+        return "no mode row has a native row with the same case key"
+    paired["speedup"] = paired["native_us"] / paired["median_us"]
+    fig, ax = _axes(title, "batch", "speedup over native (native median / mode median)")
+    for label, style, line in _lines(paired):
+        ax.plot(line["batch"], line["speedup"], marker="o", label=label, **style)
+    ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    return _finish(fig, ax, log_x=True)
+
+
+def _bandwidth(rows: pd.DataFrame, title: str) -> Figure | str:
+    rows = _timed(rows, "achieved_gbps")
+    if rows.empty:
+        return "no passed rows with batch and achieved_gbps"
+    fig, ax = _axes(title, "batch", "GB/s")
+    for label, style, line in _lines(rows):
+        ax.plot(line["batch"], line["achieved_gbps"], marker="o", label=label, **style)
+    ceilings = rows.dropna(subset=["ceiling_name", "ceiling_gbps"]).groupby("ceiling_name")["ceiling_gbps"].max()
+    for name, gbps in ceilings.items():
+        ax.axhline(gbps, color="black", linestyle="--", linewidth=1)
+        where = ("axes fraction", "data")
+        ax.annotate(f"{name} {gbps:.0f} GB/s", (0.01, gbps), xycoords=where, va="bottom", fontsize=8)
+    return _finish(fig, ax, log_x=True)
+
+
+_DRAW = {"throughput": _throughput, "memory": _memory, "speedup": _speedup, "bandwidth": _bandwidth}
+
+
+def _timed(rows: pd.DataFrame, value: str) -> pd.DataFrame:
+    rows = rows[rows["status"] == Status.passed.value]
+    return rows.dropna(subset=["batch", value, "median_us", "p20_us", "p80_us"])
+
+
+def _lines(rows: pd.DataFrame, x: str | None = "batch"):
+    """(label, style, rows sorted by x) per line: the mode label plus the label columns that vary in `rows`."""
+    varying = [c for c in _LABEL_COLUMNS if rows[c].nunique(dropna=False) > 1]
+    labels = pd.Series(
+        [" ".join([mode_label(r), *(f"{c}={getattr(r, c)}" for c in varying if not pd.isna(getattr(r, c)))])
+         for r in rows.itertuples()],
+        index=rows.index,
+    )  # fmt: skip
+    seen: dict[str, int] = {}
+    for label in sorted(labels.unique(), key=mode_order):
+        mode = label.split(" ")[0]
+        style = {"color": _MODE_COLOURS.get(mode, "C3"), "linestyle": _STYLES[seen.get(mode, 0) % len(_STYLES)]}
+        seen[mode] = seen.get(mode, 0) + 1
+        line = rows[labels == label]
+        yield label, style, (line.sort_values(x) if x else line)
+
+
+def _axes(title: str, xlabel: str, ylabel: str):
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _finish(fig: Figure, ax, *, log_x: bool) -> Figure:
+    if log_x:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ScalarFormatter())  # batch 1, 2, 4, ... rather than 2^k
+    ax.legend(fontsize=8)
+    return fig
