@@ -112,8 +112,8 @@ def _details(title: str, group: pd.DataFrame, axes: list[str]) -> TableData:
                 _time_cell(r) if passed else "-",
                 _fmt_pct(r.noise_pct),
                 _fmt_si(r.tokens_per_s),
-                "-" if is_blank(r.achieved_gbps) else f"{r.achieved_gbps:.1f}",
-                "-" if is_blank(r.ceiling_pct) else f"{r.ceiling_pct:.1f}% {r.ceiling_name}",
+                _fmt_num(r.achieved_gbps),
+                "-" if is_blank(r.ceiling_pct) else f"{_fmt_num(r.ceiling_pct)}% {r.ceiling_name}",
                 _fmt_bytes(r.bytes_per_request_predicted),
                 _fmt_bytes(r.bytes_per_request_measured),
                 "passed" if passed else f"{str(r.status).upper()}: {r.reason}",
@@ -236,6 +236,13 @@ def _fmt_us(x: float) -> str:
     if x >= 100:
         return f"{x:.0f}"
     return f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _fmt_num(x: float) -> str:
+    """Three significant digits below 1000 (small CPU-run bandwidths stay readable), whole numbers above."""
+    if is_blank(x):
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def _fmt_pct(x: float) -> str:
