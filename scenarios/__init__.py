@@ -1,1 +1,18 @@
-"""Scenarios, one module each, registered explicitly below."""
+"""Scenarios, one module each, registered explicitly here (SPEC §6)."""
+
+from __future__ import annotations
+
+from scenarios.base import CaseResult, RunContext, Scenario
+from scenarios.ssm_scenarios import Decode, MtpDynamic, MtpFixed
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Decode(), MtpFixed(), MtpDynamic())}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}") from None
+
+
+__all__ = ["SCENARIOS", "CaseResult", "RunContext", "Scenario", "get_scenario"]

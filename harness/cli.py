@@ -1,0 +1,248 @@
+"""`harness`: run state-mode and KV-page scenarios, gate equivalence, report and compare runs.
+
+\b
+    harness list                          scenarios, modes, presets, kernels
+    harness run decode                    the embedded default: tiny-gdn, torch backend, CPU
+    harness run mtp-fixed --preset tiny-kda --drafts 3 --accept geometric:0.7
+    harness gate --device cpu             every SPEC §5 contract at gate shapes; exit 1 on a failure
+    harness report RUN | compare A B | plot RUN
+
+Bad input exits with code 2 and one line naming the problem; nothing is written. A run writes
+results/runs/<run-id>/ (manifest.json, throughput.csv, equivalence.json/.md, autotune.jsonl,
+oom.jsonl, figures/); `harness report` renders it.
+"""
+
+# No `from __future__ import annotations` here: Typer reads the Annotated option metadata at runtime.
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False)
+run_app = typer.Typer(help="Run one scenario: compare every mode and backend, then time them.", no_args_is_help=True)
+app.add_typer(run_app, name="run")
+# Piped output gets a wide console so result tables stay readable in logs.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True)
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)  # one line, never wrapped
+    raise typer.Exit(2)
+
+
+def _guarded(fn: Callable[[], Any]) -> Any:
+    """Run `fn`; bad input (ValueError) becomes one line and exit code 2, without a traceback."""
+    try:
+        return fn()
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+
+
+def _progress_factory(progress: Progress) -> Callable[[str, int], Callable[[], None]]:
+    def make(description: str, total: int) -> Callable[[], None]:
+        task = progress.add_task(description, total=total)
+        return lambda: progress.advance(task)
+
+    return make
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True,
+    )
+
+
+# ------------------------------------------------------------------------------------------- options
+Preset = Annotated[str, typer.Option(help="model geometry (harness list presets)")]
+Modes = Annotated[str | None, typer.Option(help="comma list of native,compact,replay (default: all three)")]
+Backend = Annotated[str, typer.Option(help="comma list of torch,triton,fla (triton/fla need --device cuda)")]
+Device = Annotated[str, typer.Option(help="cpu or cuda[:i]")]
+Batch = Annotated[str | None, typer.Option(help="comma list of batch sizes, one case each (default 4)")]
+StateDtype = Annotated[str, typer.Option(help="SSM state dtype: fp32 | bf16")]
+ActDtype = Annotated[str, typer.Option(help="activation dtype: bf16 | fp32")]
+Seed = Annotated[int, typer.Option(help="seed of every generated input")]
+Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout")]
+Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 1 + S (default 3)")]
+Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
+HistoryLen = Annotated[int, typer.Option(help="replay history Lh (power of two, >= 4, >= W)")]
+HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
+Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
+Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
+CheckRequests = Annotated[int, typer.Option(help="requests compared against the fp64 reference per case")]
+Budget = Annotated[float, typer.Option(help="memory budget (GiB) for the max-concurrency column")]
+Out = Annotated[Path | None, typer.Option(help="root folder of run directories (default results/runs)")]
+JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
+
+
+def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool) -> None:
+    from harness.runner import DEFAULT_OUT, run_scenario
+    from results.store import load_run
+    from results.tables import render_rich
+
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    with _progress() as progress:
+        outcome = _guarded(
+            lambda: run_scenario(
+                scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT,
+                progress=_progress_factory(progress),
+            )
+        )
+    if as_json:
+        print(json.dumps({"run": str(outcome.path), "rows": outcome.rows}, default=str, indent=1))
+    else:
+        render_rich(load_run(outcome.path), console)
+        console.print(f"run directory: {outcome.path}", markup=False, highlight=False)
+    if not outcome.equivalence.passed:
+        raise typer.Exit(1)
+
+
+def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
+    """Register `harness run <scenario>` for an SSM scenario (the same options, scenario defaults)."""
+
+    def command(
+        preset: Preset = "tiny-gdn",
+        modes: Modes = None,
+        backend: Backend = "torch",
+        device: Device = "cpu",
+        batch: Batch = None,
+        state_dtype: StateDtype = "fp32",
+        act_dtype: ActDtype = "bf16",
+        seed: Seed = 0,
+        rounds: Rounds = None,
+        drafts: Drafts = None,
+        accept: Accept = None,
+        history_len: HistoryLen = 8,
+        history_dtype: HistoryDtype = "fp32",
+        trace: Trace = None,
+        dump: Dump = None,
+        check_requests: CheckRequests = 4,
+        memory_budget_gib: Budget = 64.0,
+        out: Out = None,
+        as_json: JsonOut = False,
+    ) -> None:
+        options = dict(locals())
+        options.pop("out"), options.pop("as_json")
+        if not has_drafts:
+            options.pop("drafts"), options.pop("accept")
+        _run(scenario, options, out, as_json)
+
+    from scenarios import SCENARIOS
+
+    command.__doc__ = f"{SCENARIOS[scenario].help} {rounds_help}"
+    if not has_drafts:
+        # decode has no drafts or acceptance: drop them from the signature so --help is exact
+        import inspect
+
+        sig = inspect.signature(command)
+        command.__signature__ = sig.replace(
+            parameters=[p for name, p in sig.parameters.items() if name not in ("drafts", "accept")]
+        )
+    run_app.command(scenario)(command)
+
+
+_ssm_command("decode", False, "Default 64 rounds.")
+_ssm_command("mtp-fixed", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
+_ssm_command("mtp-dynamic", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
+
+
+# ---------------------------------------------------------------------------------------------- list
+@app.command("list")
+def list_cmd(
+    what: Annotated[str, typer.Argument(help="scenarios | modes | presets | kernels | all")] = "all",
+    as_json: JsonOut = False,
+) -> None:
+    """List scenarios, state modes, presets and kernels."""
+    from harness.catalog import catalog
+
+    data = _guarded(lambda: catalog(what))
+    if as_json:
+        print(json.dumps(data, indent=1))
+        return
+    from rich.table import Table
+
+    for section, items in data.items():
+        table = Table(title=section, title_justify="left")
+        for col in items[0]:
+            table.add_column(col)
+        for item in items:
+            table.add_row(*(str(v) for v in item.values()))
+        console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------- gate
+@app.command()
+def gate(
+    device: Device = "cpu",
+    backend: Annotated[str | None, typer.Option(help="comma list; default torch, plus triton when it can run")] = None,
+    shapes: Annotated[str, typer.Option(help="tiny | model (model: real preset shapes, CUDA)")] = "tiny",
+    junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
+    out: Out = None,
+) -> None:
+    """Check every SPEC §5 contract at gate shapes; exit 1 if any comparison fails."""
+    from harness.gate import run_gate
+
+    with _progress() as progress:
+        outcome = _guarded(
+            lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
+                             progress=_progress_factory(progress), argv=["harness", *sys.argv[1:]])
+        )
+    for line in outcome.lines:
+        console.print(line, markup=False, highlight=False)
+    console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
+    if not outcome.passed:
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------------- report / compare
+RunArg = Annotated[Path, typer.Argument(help="a run directory (results/runs/<run-id>)")]
+
+
+@app.command()
+def report(run: RunArg, as_json: JsonOut = False, markdown: Annotated[bool, typer.Option(help="print markdown")] = False) -> None:
+    """Render a run's throughput tables (native as the baseline column) and equivalence summary."""
+    from results.store import load_run
+    from results.tables import render_markdown, render_rich
+
+    loaded = _guarded(lambda: load_run(run))
+    if as_json:
+        print(loaded.throughput.to_json(orient="records", indent=1))
+    elif markdown:
+        print(render_markdown(loaded))
+    else:
+        render_rich(loaded, console)
+
+
+@app.command()
+def compare(run_a: RunArg, run_b: RunArg, as_json: JsonOut = False) -> None:
+    """Say same / faster / slower / ambiguous per row of B against A, from the timing spread."""
+    from results.compare import compare_runs, comparison_table
+    from results.store import load_run
+
+    a, b = _guarded(lambda: (load_run(run_a), load_run(run_b)))
+    df = compare_runs(a, b)
+    if as_json:
+        print(df.to_json(orient="records", indent=1))
+    else:
+        console.print(comparison_table(df, f"{a.run_id} (A) vs {b.run_id} (B)").to_rich())
+
+
+@app.command()
+def plot(run: RunArg) -> None:
+    """Write a run's figures (throughput, memory, speedup, bandwidth) into its figures/ folder."""
+    from results.plots import plot_run
+    from results.store import load_run
+
+    made = plot_run(_guarded(lambda: load_run(run)))
+    for name, what in made.items():
+        console.print(f"{name}: {what}", markup=False, highlight=False)
+
+
+def main() -> None:  # pragma: no cover - console-script entry
+    app()

@@ -1,0 +1,78 @@
+"""What a scenario is, and the context the runner hands it (SPEC §6).
+
+A scenario declares its parameters, expands them into cases, and for each case builds seeded inputs,
+runs every requested mode and backend, compares them (SPEC §5), then times them. It never imports the
+harness: comparing, timing and out-of-memory guarding come in through `RunContext`, which the runner
+fills with the harness's implementations. A scenario's `plan` validates everything it can before any
+work starts, so bad input fails with a one-line error and no run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class RunContext:
+    """Services the runner provides to a scenario.
+
+    Attributes:
+        device: `cpu` or `cuda[:i]`.
+        seed: base seed of the run.
+        ceilings: measured copy ceilings of this run (`d2d_gbps`, `h2d_gbps`, `d2h_gbps`, ... by name).
+        compare: `compare(actual, expected, *, name, lhs, rhs, contract, policy, tolerance, dims)` ->
+            Comparison (pure: nothing is recorded).
+        rollout: `rollout()` -> an accumulator with `add(index, comparison)` and `result()`, merging
+            the per-round comparisons of one pair over a long rollout (drift series included).
+        record: `record(comparison)` puts a comparison into the run's equivalence report.
+        bench: `bench(fn, setup=None) -> Timing` with the run's timer settings.
+        oom_guard: context manager factory; inside it a CUDA out-of-memory error is caught and turned
+            into `guard.record` (a dict with status `oom`, bytes wanted, free bytes), never a crash.
+        progress: `progress(description, total) -> callable advance()`; a no-op in tests.
+        dump_dir: where `--dump` writes per-round outputs and accepted states, or None.
+        check_requests: at most this many requests are compared against the fp64 reference per case
+            (the reference is a slow per-request loop); None = all.
+        time_cases: False for the gate (equivalence only).
+        repro: builds the repro command of a row from the case's options.
+    """
+
+    device: str
+    seed: int
+    ceilings: dict[str, Any]
+    compare: Callable[..., Any]
+    rollout: Callable[[], Any]
+    record: Callable[[Any], None]
+    bench: Callable[..., Any]
+    oom_guard: Callable[[], AbstractContextManager[Any]]
+    progress: Callable[[str, int], Callable[[], None]] = lambda desc, total: (lambda: None)
+    dump_dir: str | None = None
+    check_requests: int | None = None
+    time_cases: bool = True
+    repro: Callable[[dict[str, Any]], str] = lambda opts: ""
+
+
+@dataclass
+class CaseResult:
+    """What one case produced: throughput rows (one per mode x backend) and out-of-memory records."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    ooms: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Scenario(Protocol):
+    """A registered scenario (see scenarios/__init__.py)."""
+
+    name: str
+    help: str
+    families: tuple[str, ...]
+
+    def plan(self, options: dict[str, Any]) -> list[dict[str, Any]]:
+        """Validate options and expand them into cases (one dict per batch size, TP pair, ...)."""
+        ...
+
+    def run(self, case: dict[str, Any], ctx: RunContext) -> Iterator[CaseResult] | CaseResult:
+        """Run one case: compare through `ctx.compare`, time through `ctx.bench`."""
+        ...

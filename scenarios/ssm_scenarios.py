@@ -1,0 +1,70 @@
+"""The SSM scenarios that differ only in how rounds are shaped: decode, mtp-fixed, mtp-dynamic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scenarios.base import CaseResult, RunContext
+from scenarios.ssm_engine import SSMCase, run_ssm_case
+from scenarios.ssm_options import plan_ssm
+from scenarios.ssm_workload import AcceptModel, SSMWorkload, build_workload
+from scenarios.trace import load_trace
+from states.presets import get_preset
+
+
+def workload_for(case: SSMCase, ctx: RunContext) -> SSMWorkload:
+    """The case's inputs: from `--trace FILE` when given, else generated from the run seed."""
+    geom = get_preset(case.preset).ssm
+    trace = case.options.get("trace")
+    if trace:
+        return load_trace(trace, geom, case, ctx.device)
+    return build_workload(
+        geom, batch=case.batch, drafts=case.drafts, rounds=case.rounds, state_dtype=case.state_dtype,
+        act_dtype=case.act_dtype, accept=AcceptModel.parse(case.accept, case.drafts),
+        dynamic_widths=case.options["dynamic"], seed=ctx.seed, device=ctx.device,
+    )
+
+
+class Decode:
+    name = "decode"
+    help = "Width-1 decode for every request, many rounds (long enough to cross several replay folds)."
+    families = ("gdn", "kda")
+
+    def plan(self, options: dict[str, Any]) -> list[SSMCase]:
+        if options.get("drafts"):
+            raise ValueError("decode verifies one token per round; use mtp-fixed for --drafts")
+        return plan_ssm(self.name, options, drafts_default=0, dynamic=False, rounds_default=64)
+
+    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
+        return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+
+class MtpFixed:
+    name = "mtp-fixed"
+    help = "Every request verifies W = 1 + S tokens per round, then accepts a prefix (--accept)."
+    families = ("gdn", "kda")
+
+    def plan(self, options: dict[str, Any]) -> list[SSMCase]:
+        cases = plan_ssm(self.name, options, drafts_default=3, dynamic=False, accept_default="geometric:0.7")
+        if cases and cases[0].drafts < 1:
+            raise ValueError("mtp-fixed needs --drafts >= 1 (use decode for width-1 rounds)")
+        return cases
+
+    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
+        return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+
+class MtpDynamic:
+    name = "mtp-dynamic"
+    help = ("Each request verifies its own width in [0, 1 + S] each round (0 = idle padding row), packed "
+            "varlen with fixed tensor shapes so one CUDA graph serves every round.")
+    families = ("gdn", "kda")
+
+    def plan(self, options: dict[str, Any]) -> list[SSMCase]:
+        cases = plan_ssm(self.name, options, drafts_default=3, dynamic=True, accept_default="geometric:0.7")
+        if cases and cases[0].drafts < 1:
+            raise ValueError("mtp-dynamic needs --drafts >= 1")
+        return cases
+
+    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
+        return run_ssm_case(case, workload_for(case, ctx), ctx)

@@ -1,0 +1,140 @@
+"""The CLI as a new user meets it: the SSM scenarios end to end, the run directory, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from harness.cli import app
+from results.store import load_run
+from scenarios.ssm_workload import AcceptModel, build_workload
+from scenarios.trace import save_trace
+from states.presets import get_preset
+
+runner = CliRunner()
+RUN_FILES = ["manifest.json", "throughput.csv", "equivalence.json", "equivalence.md", "autotune.jsonl", "oom.jsonl"]
+
+
+def _invoke(args: list[str]):
+    return runner.invoke(app, args, catch_exceptions=False)
+
+
+def _single_run(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_decode_default_run(tmp_path):
+    result = _invoke(["run", "decode", "--out", str(tmp_path), "--rounds", "16"])
+    assert result.exit_code == 0, result.output
+    run_dir = _single_run(tmp_path)
+    for name in RUN_FILES:
+        assert (run_dir / name).exists(), name
+    df = pd.read_csv(run_dir / "throughput.csv")
+    assert list(df["mode"]) == ["native", "compact", "replay"]
+    compact = df[df["mode"] == "compact"].iloc[0]
+    assert compact["status"] == "unsupported" and "needs drafts" in compact["reason"]
+    assert set(df[df["mode"] != "compact"]["status"]) == {"passed"}
+    assert (df["bytes_per_request_predicted"].dropna() > 0).all()
+    assert "run directory:" in result.output
+
+
+@pytest.mark.parametrize("preset", ["tiny-kda", "tiny-gdn"])
+def test_mtp_fixed_writes_every_file_and_contracts_hold(tmp_path, preset):
+    result = _invoke(["run", "mtp-fixed", "--preset", preset, "--drafts", "3", "--accept", "geometric:0.7",
+                      "--rounds", "8", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    run = load_run(_single_run(tmp_path))
+    assert set(run.throughput["status"]) == {"passed"}
+    passed = run.throughput.set_index("mode")
+    assert (passed["bytes_per_request_predicted"] == passed["bytes_per_request_measured"]).all()
+    md = (run.path / "equivalence.md").read_text()
+    assert "compact/torch" in md and "replay/torch" in md
+    eq = run.equivalence_report()
+    compact_state = [c for c in eq.comparisons if c.lhs == "compact/torch" and c.rhs == "native/torch" and c.name == "ssm"]
+    replay_state = [c for c in eq.comparisons if c.lhs == "replay/torch" and c.rhs == "native/torch" and c.name == "ssm"]
+    replay_out = [c for c in eq.comparisons if c.lhs == "replay/torch" and c.rhs == "native/torch" and c.name == "o"]
+    assert compact_state[0].bitwise_equal and replay_state[0].bitwise_equal
+    assert replay_out[0].policy == "rms" and replay_out[0].rms_ratio < 2e-3 and replay_out[0].max_ulp > 0
+
+
+def test_mtp_dynamic_and_json_output(tmp_path):
+    result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert len(data["rows"]) == 6 and {r["batch"] for r in data["rows"]} == {2, 3}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "decode", "--preset", "nope"], "unknown preset 'nope'"),
+        (["run", "decode", "--preset", "llama-3-8b"], "has no linear-attention layers"),
+        (["run", "decode", "--modes", "native,sideways"], "unknown mode 'sideways'"),
+        (["run", "decode", "--modes", "compact"], "compact mode needs drafts"),
+        (["run", "mtp-fixed", "--history-len", "6"], "power of two"),
+        (["run", "mtp-fixed", "--drafts", "7", "--history-len", "4"], "shorter than the verify width"),
+        (["run", "mtp-fixed", "--drafts", "3", "--accept", "fixed:5"], "accepted must be <= width - 1"),
+        (["run", "mtp-fixed", "--accept", "sometimes"], "unknown acceptance model"),
+        (["run", "decode", "--state-dtype", "fp16"], "--state-dtype must be one of"),
+        (["run", "decode", "--device", "cuda"], "needs CUDA"),
+        (["run", "decode", "--batch", "0"], "--batch values must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_run(tmp_path, args, message):
+    result = runner.invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not any(tmp_path.iterdir())
+
+
+def _trace(tmp_path: Path, preset: str = "tiny-gdn") -> Path:
+    geom = get_preset(preset).ssm
+    wl = build_workload(geom, batch=2, drafts=2, rounds=4, state_dtype=torch.float32, act_dtype=torch.bfloat16,
+                        accept=AcceptModel.parse("geometric:0.6", 2), dynamic_widths=True, seed=5, device="cpu")
+    path = tmp_path / "in.trace"
+    save_trace(path, wl, torch.float32)
+    return path
+
+
+def test_trace_in_and_dump_out(tmp_path):
+    trace = _trace(tmp_path)
+    out, dump = tmp_path / "runs", tmp_path / "dump"
+    result = _invoke(["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--dump", str(dump), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = load_run(_single_run(out))
+    assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
+    files = sorted(dump.rglob("round-*.pt"))
+    assert len(files) == 3 * 4  # three modes, four rounds
+    item = torch.load(files[-1], weights_only=True)
+    assert {"outputs", "widths", "accepted", "ssm", "conv"} <= set(item)
+
+
+def test_trace_with_a_wrong_shape_is_rejected(tmp_path):
+    trace = _trace(tmp_path)
+    data = torch.load(trace, weights_only=True)
+    data["rounds"][1]["mixed_qkv"] = data["rounds"][1]["mixed_qkv"][:, :-1]
+    torch.save(data, trace)
+    out = tmp_path / "runs"
+    out.mkdir()
+    result = runner.invoke(app, ["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "rounds[1].mixed_qkv has shape" in result.output
+    assert not any(out.iterdir())
+
+
+def test_list_and_report(tmp_path):
+    result = _invoke(["list", "--json"])
+    data = json.loads(result.output)
+    assert {s["name"] for s in data["scenarios"]} >= {"decode", "mtp-fixed", "mtp-dynamic"}
+    assert "qwen3-next" in {p["name"] for p in data["presets"]}
+    _invoke(["run", "decode", "--rounds", "4", "--out", str(tmp_path)])
+    report = _invoke(["report", str(_single_run(tmp_path)), "--markdown"])
+    assert report.exit_code == 0 and "| batch |" in report.output
