@@ -242,7 +242,3 @@ def plot(run: RunArg) -> None:
     made = plot_run(_guarded(lambda: load_run(run)))
     for name, what in made.items():
         console.print(f"{name}: {what}", markup=False, highlight=False)
-
-
-def main() -> None:  # pragma: no cover - console-script entry
-    app()

@@ -1,0 +1,24 @@
+# Everyday entry points. CPU: setup, test, gate, decode. GPU box: gpu-gate, gpu-bench.
+PY := .venv/bin/python
+HARNESS := .venv/bin/harness
+
+.PHONY: setup test gate decode gpu-gate gpu-bench
+
+setup:
+	python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[dev]'
+
+test:
+	$(PY) -m pytest -q -n 2
+
+gate:
+	TRITON_INTERPRET=1 $(HARNESS) gate --device cpu
+
+decode:
+	$(HARNESS) run decode
+
+# On a CUDA machine whose python already has torch + triton (no dependency resolution).
+gpu-gate:
+	bash scripts/gpu_gate.sh
+
+gpu-bench:
+	bash scripts/gpu_bench.sh
