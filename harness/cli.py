@@ -150,6 +150,7 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
 _ssm_command("decode", False, "Default 64 rounds.")
 _ssm_command("mtp-fixed", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
 _ssm_command("mtp-dynamic", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
+_ssm_command("checkpoint-restore", True, "Default 24 rounds, 3 drafts, geometric:0.7 acceptance.")
 
 
 # ---------------------------------------------------------------------------------------------- list

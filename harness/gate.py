@@ -39,6 +39,8 @@ def tiny_cases() -> list[tuple[str, dict[str, Any]]]:
                 ("mtp-fixed", {**base, "batch": "2", "drafts": 1, "accept": "none", "rounds": 12}),
                 ("mtp-fixed", {**base, "batch": "2", "drafts": 3, "accept": "all", "rounds": 12, "history_dtype": "bf16"}),
                 ("mtp-dynamic", {**base, "batch": "4", "drafts": 3, "accept": "geometric:0.5", "rounds": 16}),
+                ("checkpoint-restore", {**base, "batch": "4", "drafts": 2, "accept": "geometric:0.6", "rounds": 9,
+                                        "history_len": 4}),
             ]
         # drift over a long rollout (>= 1024 tokens per request), fp32 state
         cases.append(("decode", {"preset": preset, "state_dtype": "fp32", "batch": "1", "rounds": 1024,
@@ -58,6 +60,7 @@ def model_cases() -> list[tuple[str, dict[str, Any]]]:
                                "snapshot_every": 4}),
                 ("mtp-dynamic", {**base, "batch": "6", "drafts": 3, "accept": "geometric:0.5", "rounds": 8,
                                  "snapshot_every": 4}),
+                ("checkpoint-restore", {**base, "batch": "4", "drafts": 3, "accept": "geometric:0.7", "rounds": 6}),
             ]
     return cases
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from scenarios.base import CaseResult, RunContext, Scenario
+from scenarios.checkpoint_restore import CheckpointRestore
 from scenarios.ssm_scenarios import Decode, MtpDynamic, MtpFixed
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Decode(), MtpFixed(), MtpDynamic())}
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Decode(), MtpFixed(), MtpDynamic(), CheckpointRestore())}
 
 
 def get_scenario(name: str) -> Scenario:

@@ -144,7 +144,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     states.clear()  # release the comparison pools before timing
 
     for v in variants:
-        row = _base_row(case, v, wl, ctx)
+        row = base_row(case, v, wl, ctx)
         if v in measured:
             row["bytes_per_request_measured"] = measured[v]
         st_name, reason = status[v]
@@ -367,7 +367,7 @@ def _identity(case: SSMCase, v: Variant) -> dict[str, Any]:
     }
 
 
-def _base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dict[str, Any]:
+def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dict[str, Any]:
     g = wl.geom
     cfg = case.config(v[0], v[1], ctx.device, wl.batch)
     row = {

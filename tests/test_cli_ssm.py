@@ -138,3 +138,22 @@ def test_list_and_report(tmp_path):
     _invoke(["run", "decode", "--rounds", "4", "--out", str(tmp_path)])
     report = _invoke(["report", str(_single_run(tmp_path)), "--markdown"])
     assert report.exit_code == 0 and "| batch |" in report.output
+
+
+@pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
+def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
+    result = _invoke(["run", "checkpoint-restore", "--preset", "tiny-kda", "--state-dtype", state_dtype,
+                      "--rounds", "7", "--history-len", "4", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    run = load_run(_single_run(tmp_path))
+    assert set(run.throughput["direction"]) == {"export", "import"}
+    assert set(run.throughput["status"]) == {"passed"}
+    eq = run.equivalence_report().comparisons
+    restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
+    assert len(restored) == 9 * 3  # every ordered pair of the three modes x (o, ssm, conv)
+    assert restored[("native/torch restored from compact", "o")].bitwise_equal
+    assert restored[("compact/torch restored from native", "ssm")].bitwise_equal
+    if state_dtype == "fp32":
+        assert restored[("native/torch restored from replay", "o")].bitwise_equal
+        assert restored[("replay/torch restored from native", "ssm")].bitwise_equal
+    assert all(c.bitwise_equal for c in eq if c.name.startswith("checkpoint"))
