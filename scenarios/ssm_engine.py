@@ -34,6 +34,7 @@ from states import MODES, SSMState, StateConfig, make_state
 from states.base import DTYPE_NAMES
 
 SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
+SNAPSHOT_REQUESTS = 64  # accepted states are compared for at most this many requests (all outputs are)
 OUT_DIMS = ("token", "head", "v")
 STATE_DIMS = ("request", "layer", "head", "k", "v")
 CONV_DIMS = ("request", "layer", "channel", "column")
@@ -74,74 +75,35 @@ def label(v: Variant) -> str:
 
 
 def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
-    """Compare every requested (mode, backend) over the rollout, then time the ones that passed."""
+    """Compare every requested (mode, backend) over the rollout, then time the ones that passed.
+
+    Variants run one after another (only one pool on the device at a time, so a variant that does not
+    fit becomes an `oom` row without taking the others down); the outputs and states of the variants
+    others are compared against (native of each backend, the torch twin of each mode) are kept.
+    """
     result = CaseResult()
     g = wl.geom
-    n, cap = wl.batch, wl.batch + SPARE_SLOTS
-    variants = [(m, b) for b in case.backends for m in case.modes]
-    states: dict[Variant, SSMState] = {}
+    variants = _ordered(case)
+    checked = min(wl.batch, case.options.get("check_requests") or ctx.check_requests or wl.batch)
+    comparisons = _Comparisons(case, ctx, g.family, _Reference(wl, checked), variants)
     status: dict[Variant, tuple[str, str]] = {}
-    slots: dict[Variant, torch.Tensor] = {}
-    spare: dict[Variant, torch.Tensor] = {}
-    before: dict[Variant, dict[str, torch.Tensor]] = {}
     measured: dict[Variant, float] = {}  # storage bytes per request of the pool actually allocated
-    poison = torch.Generator().manual_seed(ctx.seed + 77)
     for v in variants:
         try:
-            cls = MODES[v[0]]
-            cls._validate_config(g, case.config(v[0], v[1], ctx.device, cap))
+            MODES[v[0]]._validate_config(g, case.config(v[0], v[1], ctx.device, 1))
         except ValueError as e:
             status[v] = ("unsupported", str(e))
             continue
         with ctx.oom_guard() as guard:
-            st = make_state(g, wl.params, case.config(v[0], v[1], ctx.device, cap))
-            all_slots = st.alloc(cap)
-            slots[v], spare[v] = all_slots[:n], all_slots[n:]
-            st.load(slots[v], wl.init_ssm, wl.init_conv)
-            st.fill_slot_rows(spare[v], poison)
-            before[v] = {k: t.clone() for k, t in st.slot_rows(spare[v]).items()}
-            states[v] = st
-            measured[v] = st.measured_bytes_per_request()
+            measured[v] = _rollout(v, case, wl, ctx, comparisons)
         if guard.record is not None:
             status[v] = ("oom", guard.record.get("message", "CUDA out of memory"))
             result.ooms.append({**_identity(case, v), **guard.record})
-    live = [v for v in variants if v in states]
-    comparisons = _Comparisons(case, ctx, g.family)
-    ref = _Reference(wl, case.options.get("check_requests") or ctx.check_requests) if live else None
-    advance = ctx.progress(f"{case.scenario} {case.preset} batch {n}: rollout", wl.rounds)
-    for r in range(wl.rounds):
-        widths, accepted = wl.widths(r), wl.accepted(r)
-        for v in live:
-            states[v].begin_round(slots[v], widths)
-        outs: dict[Variant, list[torch.Tensor]] = {v: [] for v in live}
-        ref_outs = []
-        for layer in range(g.layers):
-            inputs = wl.inputs(r, layer)
-            for v in live:
-                outs[v].append(states[v].forward(layer, inputs))
-            ref_outs.append(ref.layer(layer, inputs, widths, accepted))
-        for v in live:
-            states[v].accept(accepted)
-        comparisons.outputs(r, outs, ref_outs, widths, ref.checked)
-        if (r + 1) % case.snapshot_every == 0 or r == wl.rounds - 1:
-            snaps = {v: states[v].snapshot(slots[v]) for v in live}
-            comparisons.states(r, snaps, ref.states(), ref.checked)
-            if ctx.dump_dir:
-                _dump(ctx.dump_dir, case, r, outs, snaps, widths, accepted)
-        elif ctx.dump_dir:
-            _dump(ctx.dump_dir, case, r, outs, None, widths, accepted)
-        advance()
-    for v in live:
-        after = states[v].slot_rows(spare[v])
-        for name, t in before[v].items():
-            c = ctx.compare(
-                after[name], t, name=f"untouched {name}", lhs=label(v), rhs="before the rollout",
-                contract="5", policy="bitwise", scenario=case.scenario,
-            )
-            comparisons.add(v, c)
-    for v in live:
-        status[v] = ("passed", "") if comparisons.passed(v) else ("mismatch", comparisons.why(v))
-    states.clear()  # release the comparison pools before timing
+            comparisons.forget(v)
+        else:
+            status[v] = ("passed", "") if comparisons.passed(v) else ("mismatch", comparisons.why(v))
+    comparisons.record()
+    comparisons.release()
 
     for v in variants:
         row = base_row(case, v, wl, ctx)
@@ -160,15 +122,66 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     return result
 
 
+def _ordered(case: SSMCase) -> list[Variant]:
+    """torch before triton (the twin a triton variant is checked against), native first per backend."""
+    backends = sorted(case.backends, key=lambda b: b != "torch")
+    modes = sorted(case.modes, key=lambda m: m != "native")
+    return [(m, b) for b in backends for m in modes]
+
+
+def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> float:
+    """One variant over the whole rollout on its own pool; returns its measured bytes per request."""
+    g, n = wl.geom, wl.batch
+    st = make_state(g, wl.params, case.config(v[0], v[1], ctx.device, n + SPARE_SLOTS))
+    all_slots = st.alloc(n + SPARE_SLOTS)
+    slots, spare = all_slots[:n], all_slots[n:]
+    st.load(slots, wl.init_ssm, wl.init_conv)
+    st.fill_slot_rows(spare, torch.Generator().manual_seed(ctx.seed + 77))
+    before = {k: t.clone() for k, t in st.slot_rows(spare).items()}
+    measured = st.measured_bytes_per_request()
+    shown = slots[:SNAPSHOT_REQUESTS]
+    advance = ctx.progress(f"{case.scenario} {case.preset} batch {n}: {label(v)}", wl.rounds)
+    for r in range(wl.rounds):
+        widths, accepted = wl.widths(r), wl.accepted(r)
+        valid = int(widths.long().sum())  # packed rows: every request's tokens follow the previous one's
+        st.begin_round(slots, widths)
+        outs = []
+        for layer in range(g.layers):
+            o = st.forward(layer, wl.inputs(r, layer))[:valid]
+            comparisons.output(v, r, layer, o, widths)
+            outs.append(o)
+        st.accept(accepted)
+        snap = None
+        if (r + 1) % case.snapshot_every == 0 or r == wl.rounds - 1:
+            snap = st.snapshot(shown)
+            comparisons.state(v, r, snap)
+        if ctx.dump_dir:
+            _dump(ctx.dump_dir, case, v, r, outs, snap, widths, accepted)
+        advance()
+    after = st.slot_rows(spare)
+    for name, t in before.items():
+        comparisons.add(v, ctx.compare(after[name], t, name=f"untouched {name}", lhs=label(v),
+                                       rhs="before the rollout", contract="5", policy="bitwise",
+                                       scenario=case.scenario))
+    return measured
+
+
 # ---------------------------------------------------------------------------------------------- compare
 class _Comparisons:
-    """Rollouts of every compared pair of the case; recorded into the run report at the end."""
+    """Every compared pair of the case, merged over the rollout; recorded into the run report at the end.
 
-    def __init__(self, case: SSMCase, ctx: RunContext, family: str) -> None:
-        self.case, self.ctx, self.family = case, ctx, family
-        self.rollouts: dict[tuple, Any] = {}
+    Kept (on the host, moved back in pieces to compare): the outputs and accepted states of the
+    variants others are checked against: native of each backend (contracts 1, 2) and the torch twin of
+    each mode (backend agreement, contract 3). The fp64 reference advances lazily with the rounds.
+    """
+
+    def __init__(self, case: SSMCase, ctx: RunContext, family: str, ref: _Reference, variants: list[Variant]) -> None:
+        self.case, self.ctx, self.family, self.ref = case, ctx, family, ref
+        self.keep = {v for v in variants if v[0] == "native" or v[1] == "torch"}
+        self.outs: dict[tuple, torch.Tensor] = {}
+        self.snaps: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rollouts: dict[tuple, tuple[Variant, Any]] = {}
         self.single: list[tuple[Variant, Any]] = []
-        self._recorded = False
 
     def _add_round(self, key: tuple, v: Variant, index: int, c: Any) -> None:
         if key not in self.rollouts:
@@ -179,83 +192,99 @@ class _Comparisons:
         self.single.append((v, c))
 
     def _cmp(self, a, b, **kw):
-        return self.ctx.compare(a, b, scenario=self.case.scenario, **kw)
+        return self.ctx.compare(a, b.to(a.device), scenario=self.case.scenario, **kw)
 
-    def outputs(self, r: int, outs, ref_outs, widths: torch.Tensor, checked: int) -> None:
-        sd = self.case.state_dtype
-        # packed rows: request r's tokens follow request r-1's, so valid rows are a prefix
-        rows = slice(0, int(widths.long().sum()))
-        ref_rows = slice(0, int(widths[:checked].long().sum()))
-        for v, per_layer in outs.items():
-            base = ("native", v[1])
-            for layer, o in enumerate(per_layer):
-                mine = o[rows]
-                if v[0] != "native" and base in outs:
-                    other = outs[base][layer][rows]
-                    if v[0] == "compact":
-                        c = self._cmp(mine, other, name="o", lhs=label(v), rhs=label(base), contract="1",
-                                      policy="bitwise", dims=OUT_DIMS)
-                    else:
-                        c = self._cmp(mine, other, name="o", lhs=label(v), rhs=label(base), contract="2",
-                                      policy="rms", tolerance=tolerances.replay_output_rms(sd, self.case.history_dtype),
-                                      dims=OUT_DIMS)
-                    self._add_round(("o", v, base), v, r, _with_layer(c, layer))
-                torch_twin = (v[0], "torch")
-                if v[1] != "torch" and torch_twin in outs:
-                    c = self._cmp(mine, outs[torch_twin][layer][rows], name="o", lhs=label(v), rhs=label(torch_twin),
-                                  contract="3", policy="rms", tolerance=tolerances.backend_rms(sd), dims=OUT_DIMS)
-                    self._add_round(("o", v, torch_twin), v, r, _with_layer(c, layer))
-                if checked and ref_outs[layer] is not None:
-                    c = self._cmp(o[ref_rows], ref_outs[layer], name="o", lhs=label(v), rhs="fp64-reference",
-                                  contract="3", policy="rms", tolerance=self._ref_tol(v), dims=OUT_DIMS)
-                    self._add_round(("o", v, "ref"), v, r, _with_layer(c, layer))
+    def _partners(self, v: Variant) -> list[tuple[Variant, str]]:
+        """(variant to compare against, relation) for v: its backend's native, its mode's torch twin."""
+        out = []
+        if v[0] != "native":
+            out.append((("native", v[1]), "mode"))
+        if v[1] != "torch":
+            out.append(((v[0], "torch"), "backend"))
+        return out
 
-    def states(self, r: int, snaps, ref_states, checked: int) -> None:
+    def output(self, v: Variant, r: int, layer: int, o: torch.Tensor, widths: torch.Tensor) -> None:
+        sd, hd = self.case.state_dtype, self.case.history_dtype
+        for other, rel in self._partners(v):
+            base = self.outs.get((other, r, layer))
+            if base is None:
+                continue
+            if rel == "mode" and v[0] == "compact":
+                kw = {"contract": "1", "policy": "bitwise"}
+            elif rel == "mode":
+                kw = {"contract": "2", "policy": "rms", "tolerance": tolerances.replay_output_rms(sd, hd)}
+            else:
+                kw = {"contract": "3", "policy": "rms", "tolerance": tolerances.backend_rms(sd)}
+            c = self._cmp(o, base, name="o", lhs=label(v), rhs=label(other), dims=OUT_DIMS, **kw)
+            self._add_round(("o", v, other), v, r, _with_layer(c, layer))
+        ref = self.ref.output(r, layer)
+        if ref is not None:
+            rows = int(widths[: self.ref.checked].long().sum())
+            c = self._cmp(o[:rows], ref, name="o", lhs=label(v), rhs="fp64-reference", contract="3",
+                          policy="rms", tolerance=self._ref_tol(v), dims=OUT_DIMS)
+            self._add_round(("o", v, "ref"), v, r, _with_layer(c, layer))
+        if v in self.keep:
+            self.outs[(v, r, layer)] = o.to("cpu", copy=True)
+
+    def state(self, v: Variant, r: int, snap: tuple[torch.Tensor, torch.Tensor]) -> None:
         sd = self.case.state_dtype
-        for v, (ssm, conv) in snaps.items():
-            base = ("native", v[1])
-            if v[0] != "native" and base in snaps:
-                bssm, bconv = snaps[base]
-                bitwise = v[0] == "compact" or sd == torch.float32
+        ssm, conv = snap
+        for other, rel in self._partners(v):
+            if (other, r) not in self.snaps:
+                continue
+            bssm, bconv = self.snaps[(other, r)]
+            if rel == "mode":
                 contract = "1" if v[0] == "compact" else "2"
-                kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tolerances.backend_rms(sd)}
-                c = self._cmp(ssm, bssm, name="ssm", lhs=label(v), rhs=label(base), contract=contract,
-                              dims=STATE_DIMS, **kw)
-                self._add_round(("ssm", v, base), v, r, c)
-                c = self._cmp(conv, bconv, name="conv", lhs=label(v), rhs=label(base), contract=contract,
-                              policy="bitwise", dims=CONV_DIMS)
-                self._add_round(("conv", v, base), v, r, c)
-            twin = (v[0], "torch")
-            if v[1] != "torch" and twin in snaps:
-                c = self._cmp(ssm.float(), snaps[twin][0].float(), name="ssm", lhs=label(v), rhs=label(twin),
-                              contract="3", policy="rms", tolerance=tolerances.backend_rms(sd), dims=STATE_DIMS)
-                self._add_round(("ssm", v, twin), v, r, c)
-            if checked:
-                c = self._cmp(ssm[:checked], ref_states, name="ssm", lhs=label(v), rhs="fp64-reference",
-                              contract="3", policy="rms", tolerance=self._ref_tol(v), dims=STATE_DIMS)
-                self._add_round(("ssm", v, "ref"), v, r, c)
+                bitwise = v[0] == "compact" or sd == torch.float32
+            else:
+                contract, bitwise = "3", False
+            kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tolerances.backend_rms(sd)}
+            a, b = (ssm, bssm) if bitwise else (ssm.float(), bssm.float())
+            self._add_round(("ssm", v, other), v, r,
+                            self._cmp(a, b, name="ssm", lhs=label(v), rhs=label(other), contract=contract,
+                                      dims=STATE_DIMS, **kw))
+            if rel == "mode":
+                self._add_round(("conv", v, other), v, r,
+                                self._cmp(conv, bconv, name="conv", lhs=label(v), rhs=label(other),
+                                          contract=contract, policy="bitwise", dims=CONV_DIMS))
+        ref = self.ref.state(r)
+        if ref is not None:
+            c = self._cmp(ssm[: self.ref.checked], ref, name="ssm", lhs=label(v), rhs="fp64-reference",
+                          contract="3", policy="rms", tolerance=self._ref_tol(v), dims=STATE_DIMS)
+            self._add_round(("ssm", v, "ref"), v, r, c)
+        if v in self.keep:
+            self.snaps[(v, r)] = (ssm.to("cpu", copy=True), conv.to("cpu", copy=True))
+
+    def forget(self, v: Variant) -> None:
+        """A variant that ran out of memory: drop its partial comparisons and anything kept from it."""
+        self.rollouts = {k: val for k, val in self.rollouts.items() if val[0] != v}
+        self.single = [(w, c) for w, c in self.single if w != v]
+        self.outs = {k: t for k, t in self.outs.items() if k[0] != v}
+        self.snaps = {k: t for k, t in self.snaps.items() if k[0] != v}
 
     def _ref_tol(self, v: Variant) -> float:
         hist = self.case.history_dtype if v[0] == "replay" else torch.float32
         return tolerances.reference_rms(self.family, self.case.state_dtype, hist)
 
-    def _results(self) -> list[tuple[Variant, Any]]:
-        return [(v, ro.result()) for v, ro in self.rollouts.values()] + self.single
+    def _final(self, v: Variant) -> list[Any]:
+        return [ro.result() for w, ro in self.rollouts.values() if w == v] + [c for w, c in self.single if w == v]
 
     def passed(self, v: Variant) -> bool:
-        self._record()
-        return all(c.passed for w, c in self._final if w == v)
+        return all(c.passed for c in self._final(v))
 
     def why(self, v: Variant) -> str:
-        bad = [c for w, c in self._final if w == v and not c.passed]
+        bad = [c for c in self._final(v) if not c.passed]
         return "; ".join(f"{c.name} vs {c.rhs} (contract {c.contract}, {_summary(c)})" for c in bad[:3])
 
-    def _record(self) -> None:
-        if not self._recorded:
-            self._final = self._results()
-            for _, c in self._final:
-                self.ctx.record(c)
-            self._recorded = True
+    def record(self) -> None:
+        for _, ro in self.rollouts.values():
+            self.ctx.record(ro.result())
+        for _, c in self.single:
+            self.ctx.record(c)
+
+    def release(self) -> None:
+        self.outs.clear()
+        self.snaps.clear()
 
 
 def _summary(c) -> str:
@@ -273,30 +302,51 @@ def _with_layer(c, layer: int):
 # -------------------------------------------------------------------------------------------- reference
 class _Reference:
     """The fp64 reference of §2 for the first `checked` requests: per request and layer, the accepted
-    state and conv window, advanced round by round along the accepted tokens."""
+    state and conv window, advanced round by round along the accepted tokens. Computed once, lazily,
+    as the first variant walks the rounds; outputs and snapshot-round states are kept."""
 
-    def __init__(self, wl: SSMWorkload, check_requests: int | None) -> None:
+    def __init__(self, wl: SSMWorkload, checked: int) -> None:
         self.wl, g = wl, wl.geom
-        self.checked = wl.batch if check_requests is None else min(check_requests, wl.batch)
-        self.S = wl.init_ssm[: self.checked].double().clone()  # [c, L, HV, K, V]
-        self.conv = wl.init_conv[: self.checked].clone()  # [c, L, C, kernel - 1]
+        self.checked = checked
+        self.S = wl.init_ssm[:checked].double().clone()  # [c, L, HV, K, V]
+        self.conv = wl.init_conv[:checked].clone()  # [c, L, C, kernel - 1]
         self.fn = naive_recurrent_gdn if g.family == "gdn" else naive_recurrent_kda
+        self.done = 0  # rounds advanced
+        self.outs: dict[tuple[int, int], torch.Tensor] = {}
+        self.states: dict[int, torch.Tensor] = {}
 
-    def layer(self, layer: int, inputs, widths: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor | None:
+    def _advance_to(self, r: int) -> None:
+        while self.done <= r:
+            rnd = self.done
+            widths, accepted = self.wl.widths(rnd), self.wl.accepted(rnd)
+            for layer in range(self.wl.geom.layers):
+                self.outs[(rnd, layer)] = self._layer(layer, self.wl.inputs(rnd, layer), widths, accepted)
+            self.states[rnd] = self.S.clone()
+            self.done += 1
+
+    def output(self, r: int, layer: int) -> torch.Tensor | None:
         if not self.checked:
             return None
+        self._advance_to(r)
+        return self.outs[(r, layer)]
+
+    def state(self, r: int) -> torch.Tensor | None:
+        if not self.checked:
+            return None
+        self._advance_to(r)
+        return self.states[r]
+
+    def _layer(self, layer: int, inputs, widths: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
         g, p = self.wl.geom, self.wl.params
         w = widths.long().tolist()
         acc = accepted.long().tolist()
-        starts = [0]
-        for x in w[:-1]:
-            starts.append(starts[-1] + x)
-        outs = []
+        start, outs = 0, []
+        extra = {} if g.family == "gdn" else {"lower_bound": g.lower_bound}
         for r in range(self.checked):
+            rows = slice(start, start + w[r])
+            start += w[r]
             if w[r] == 0:
                 continue
-            rows = slice(starts[r], starts[r] + w[r])
-            extra = {} if g.family == "gdn" else {"lower_bound": g.lower_bound}
             o, S, win = self.fn(
                 inputs.mixed_qkv[rows], inputs.a[rows], inputs.b[rows], self.conv[r, layer], self.S[r, layer],
                 p.conv_weight[layer], p.A_log[layer], p.dt_bias[layer], g.key_heads, **extra,
@@ -307,9 +357,6 @@ class _Reference:
         if not outs:
             return torch.zeros(0, g.value_heads, g.head_v_dim, dtype=torch.float64, device=self.S.device)
         return torch.cat(outs)
-
-    def states(self) -> torch.Tensor:
-        return self.S
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -396,13 +443,12 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
     return row
 
 
-def _dump(root: str, case: SSMCase, r: int, outs, snaps, widths, accepted) -> None:
-    """Write each variant's round outputs (and accepted states on snapshot rounds), see docs/TRACE_FORMAT.md."""
-    for v, per_layer in outs.items():
-        d = Path(root) / f"{case.scenario}-{case.preset}-b{case.batch}" / f"{v[0]}-{v[1]}"
-        d.mkdir(parents=True, exist_ok=True)
-        item = {"round": r, "widths": widths.cpu(), "accepted": accepted.cpu(),
-                "outputs": torch.stack([o.cpu() for o in per_layer])}
-        if snaps is not None:
-            item["ssm"], item["conv"] = (t.cpu() for t in snaps[v])
-        torch.save(item, d / f"round-{r:05d}.pt")
+def _dump(root: str, case: SSMCase, v: Variant, r: int, outs, snap, widths, accepted) -> None:
+    """Write a variant's round outputs (and accepted states on snapshot rounds), see docs/TRACE_FORMAT.md."""
+    d = Path(root) / f"{case.scenario}-{case.preset}-b{case.batch}" / f"{v[0]}-{v[1]}"
+    d.mkdir(parents=True, exist_ok=True)
+    item = {"round": r, "widths": widths.cpu(), "accepted": accepted.cpu(),
+            "outputs": torch.stack([o.cpu() for o in outs])}
+    if snap is not None:
+        item["ssm"], item["conv"] = (t.cpu() for t in snap)
+    torch.save(item, d / f"round-{r:05d}.pt")
