@@ -28,6 +28,7 @@ from kernels.common.torch_ops import decay_from_log_gate, l2norm, split_qkv
 from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import gdn_gate, gdn_step
 from kernels.kda.naive import kda_gate, kda_step
+from kernels.ssm.conv import causal_conv_update
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
@@ -388,6 +389,17 @@ class SSMState:
             beta=torch.sigmoid(b.float()),
         )
         return prepared, valid
+
+    def _conv_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
+        """Conv of a round on the triton backend (advances the windows of `layer`, no host sync).
+
+        Returns the conv outputs `[n * W, conv_dim]` in the activation dtype, written on valid rows.
+        The mode sets `self.kernel_configs` (config class -> config, kernels/ssm/configs.py).
+        """
+        return causal_conv_update(
+            inputs.mixed_qkv, self.conv[layer], self.conv_offset, self.params.conv_weight[layer],
+            rnd.slots, rnd.widths, rnd.cu_seqlens, self.kernel_configs["conv"],
+        )
 
     def _step(self):
         return gdn_step if self.geom.family == "gdn" else kda_step

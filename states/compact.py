@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from kernels.common.torch_ops import l2norm
+from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
+from kernels.ssm.configs import Config, check_config, default_configs
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
@@ -31,6 +33,15 @@ class CompactState(SSMState):
         gate_shape = (L, cap, HV, W) if g.family == "gdn" else (L, cap, HV, W, K)
         self.rec_decay = torch.zeros(gate_shape, dtype=torch.float32, device=dev)
         self.rec_beta = torch.zeros(L, cap, HV, W, dtype=torch.float32, device=dev)
+        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
+
+    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
+        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
+        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
+
+    def _kernel_pool(self) -> CompactPool:
+        return CompactPool(self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -70,8 +81,19 @@ class CompactState(SSMState):
             self.rec_beta[layer, rows, :, t] = p.beta[m, t]
         return self._scatter_outputs(o_pad, rnd)
 
+    def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
+        p, g = self.params, self.geom
+        return compact_verify(
+            self._kernel_pool(), layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b,
+            p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
+            self.kernel_configs["step"], g.lower_bound,
+        )
+
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
         """Commit: replay records `0..accepted[r]` into the state of every layer, one write per state."""
+        if self.cfg.backend == "triton":
+            compact_commit(self._kernel_pool(), rnd.slots, accepted, self.kernel_configs["step"])
+            return
         sd, step = self.cfg.state_dtype, self._step()
         rows = rnd.slots[rnd.widths > 0]
         keep = accepted[rnd.widths > 0].long()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.ssm.configs import Config, check_config, default_configs
+from kernels.ssm.native import native_verify
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
@@ -24,6 +26,12 @@ class NativeState(SSMState):
             g.layers, cfg.max_requests, cfg.drafts + 1, g.value_heads, g.head_k_dim, g.head_v_dim,
             dtype=cfg.state_dtype, device=cfg.device,
         )
+        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = default_configs(head_k_dim=g.head_k_dim, head_v_dim=g.head_v_dim, conv_dim=g.conv_dim)
+
+    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
+        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
+        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {**super()._pool_tensors(), "ssm": self.ssm}
@@ -52,6 +60,14 @@ class NativeState(SSMState):
             S = torch.where(m[:, None, None, None], S_new, S)
             self.ssm[layer, rnd.slots[m], t] = S_new[m].to(sd)
         return self._scatter_outputs(o_pad, rnd)
+
+    def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
+        p, g = self.params, self.geom
+        return native_verify(
+            self.ssm, layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b, p.A_log[layer],
+            p.dt_bias[layer], self.conv_offset, rnd.slots, rnd.widths, rnd.cu_seqlens,
+            self.kernel_configs["step"], g.lower_bound,
+        )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
         """The accepted offset (set by the base as conv_offset) already selects the snapshot."""

@@ -17,8 +17,25 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from kernels.common.triton_cpu import interpreting
+
 L2NORM_EPS = 1e-6
 ENABLE_FP_FUSION = False  # pass as `enable_fp_fusion=ENABLE_FP_FUSION` to every state-evolving launch
+# Triton 3.6's interpreter casts fp32 -> bf16 by truncation (its explicit "rtne" mode mishandles the
+# carry into the exponent); GPUs round to nearest even. `round_to` emulates RTNE when interpreting.
+_EMULATE_RTNE: tl.constexpr = tl.constexpr(interpreting())
+
+
+@triton.jit
+def round_to(b_x, dtype: tl.constexpr):
+    """fp32 `b_x` rounded to nearest even in `dtype` (the state or activation dtype), on GPU and CPU alike."""
+    if _EMULATE_RTNE and dtype == tl.bfloat16:
+        b_bits = b_x.to(tl.uint32, bitcast=True)
+        b_bits = b_bits + 0x7FFF + ((b_bits >> 16) & 1)
+        b_y = (b_bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        b_y = b_x.to(dtype)
+    return b_y
 
 
 @triton.jit
@@ -40,3 +57,25 @@ def delta_step(b_h, b_k, b_v, b_decay, b_beta):
 def step_output(b_h, b_q):
     """`o = S^T q` for the `[BV]` slice of columns held in `b_h`."""
     return tl.sum(b_h * b_q[:, None], 0)
+
+
+# The log gate of a token must have the same bits in every mode: native uses it in registers, compact
+# records `exp(g)` and replay records `g` for their commit and fold. So every kernel computes it with
+# these helpers, launched with fp fusion off like the step.
+
+
+@triton.jit
+def gdn_log_gate(b_a, b_A_log, b_dt_bias):
+    """GDN `g = -exp(A_log) * softplus(a + dt_bias)`, softplus threshold 20, fp32.
+
+    `log(1 + exp(x))` stands in for `log1p` (the interpreter has no libdevice): its absolute error is
+    about one ulp of `1 + exp(x)` (6e-8), so `exp(g)` moves by about `exp(A_log) * 6e-8` relative.
+    """
+    b_x = b_a + b_dt_bias
+    return -tl.exp(b_A_log) * tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(b_x)))
+
+
+@triton.jit
+def kda_log_gate(b_a, b_A_log, b_dt_bias, lower_bound):
+    """KDA `g = lower_bound * sigmoid(exp(A_log) * (a + dt_bias))` over a `[BK]` block, fp32."""
+    return lower_bound * tl.sigmoid(tl.exp(b_A_log) * (b_a + b_dt_bias))

@@ -1,0 +1,133 @@
+"""Triton conv kernel (kernels/ssm/conv.py) against the torch conv, and the kernel config spaces.
+
+Runs in the interpreter on CPU tensors (tests/conftest.py); with TRITON_INTERPRET=0 on a CUDA machine
+the same tests run on the GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.common.triton_cpu import interpreting
+from kernels.conv.naive import causal_conv
+from kernels.ssm.configs import CONFIG_CLASSES, CONV, STEP, check_config, config_space, default_config, default_configs
+from kernels.ssm.conv import causal_conv_update
+
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
+KERNEL, C, S, CAP = 4, 96, 3, 6  # C = 96 is not a power of two: the last channel block is partial
+
+
+def _poison(shape, dtype, gen) -> torch.Tensor:
+    """Random bits (NaNs included) of `dtype`."""
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen).view(dtype).view(shape).to(DEVICE)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest distance in representable values (same-sign finite values)."""
+    return int((_bits(a).long() - _bits(b).long()).abs().max()) if a.numel() else 0
+
+
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("block", [32, 128])
+def test_conv_matches_torch_and_advances_windows(act_dtype, block):
+    gen = torch.Generator().manual_seed(11 + block)
+    KW = KERNEL - 1 + S
+    W = S + 1
+    conv = torch.randn(CAP, C, KW, generator=gen).to(act_dtype).to(DEVICE)
+    conv_offset = torch.randint(0, S + 1, (CAP,), dtype=torch.int32, generator=gen).to(DEVICE)
+    weight = (torch.randn(C, KERNEL, generator=gen) / 2).to(act_dtype).to(DEVICE)
+    # batch rows in scrambled pool order, the last slot included; widths cover full, partial and idle rows
+    slots = torch.tensor([5, 0, 3, 2], device=DEVICE)
+    widths = torch.tensor([W, 2, 0, 1], dtype=torch.int32, device=DEVICE)
+    n = slots.shape[0]
+    cu = torch.zeros(n + 1, dtype=torch.int32, device=DEVICE)
+    cu[1:] = torch.cumsum(widths, 0)
+    x = torch.randn(n * W, C, generator=gen).to(act_dtype).to(DEVICE)
+    y = _poison((n * W, C), act_dtype, gen)
+    y_poison = y.clone()
+    before = conv.clone()
+
+    causal_conv_update(x, conv, conv_offset, weight, slots, widths, cu, {"BC": block, "num_warps": 1, "num_stages": 1},
+                       out=y)
+
+    max_ulp = 0
+    for r in range(n):
+        s, w, bos = int(slots[r]), int(widths[r]), int(cu[r])
+        off = int(conv_offset[s])
+        window = before[s, :, off : off + KERNEL - 1]
+        xr = x[bos : bos + W]  # a full padded row block: positions past w are junk the reference ignores
+        y_ref, full = causal_conv(window[None], xr[None], weight)
+        if w == 0:
+            assert torch.equal(_bits(conv[s]), _bits(before[s])), f"idle row {r} changed its conv window"
+            continue
+        got = y[bos : bos + w]
+        if act_dtype == torch.bfloat16:
+            assert torch.equal(got, y_ref[0, :w]), f"row {r}: bf16 conv outputs differ from torch"
+        max_ulp = max(max_ulp, _ulps(got, y_ref[0, :w]))
+        stored = KERNEL - 2 + w
+        assert torch.equal(conv[s, :, :stored], full[0, :, 1 : 1 + stored]), f"row {r}: next window wrong"
+        assert torch.equal(_bits(conv[s, :, stored:]), _bits(before[s, :, stored:])), f"row {r}: later columns moved"
+        # accepting a drafts puts the window at columns [a, a + kernel - 1): the inputs ending at token a
+        for a in range(w):
+            assert torch.equal(conv[s, :, a : a + KERNEL - 1], full[0, :, a + 1 : a + KERNEL])
+    # fp32: tl.exp (numpy in the interpreter, ex2.approx on a GPU) is not torch's exp; SiLU keeps it to a few ulps
+    assert max_ulp <= (0 if act_dtype == torch.bfloat16 else 4), f"conv outputs {max_ulp} ulps from torch"
+
+    untouched = [s for s in range(CAP) if s not in slots.tolist()]
+    assert torch.equal(_bits(conv[untouched]), _bits(before[untouched])), "slots outside the batch changed"
+    total = int(cu[-1])
+    assert torch.equal(_bits(y[total:]), _bits(y_poison[total:])), "padding rows of the output were written"
+
+
+def test_conv_rejects_bad_shapes():
+    conv = torch.zeros(CAP, C, KERNEL - 1 + S, dtype=torch.bfloat16, device=DEVICE)
+    offset = torch.zeros(CAP, dtype=torch.int32, device=DEVICE)
+    weight = torch.zeros(C, KERNEL, dtype=torch.bfloat16, device=DEVICE)
+    slots = torch.tensor([0, 1], device=DEVICE)
+    widths = torch.ones(2, dtype=torch.int32, device=DEVICE)
+    cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+    cfg = default_config(CONV, head_k_dim=16, head_v_dim=16, conv_dim=C)
+    with pytest.raises(ValueError, match="do not make a round"):  # 2 rows x W = 5 > S + 1
+        causal_conv_update(torch.zeros(10, C, dtype=torch.bfloat16, device=DEVICE), conv, offset, weight, slots, widths,
+                           cu, cfg)
+    with pytest.raises(ValueError, match="do not fit"):
+        causal_conv_update(torch.zeros(8, C + 1, dtype=torch.bfloat16, device=DEVICE), conv, offset, weight, slots,
+                           widths, cu, cfg)
+    with pytest.raises(ValueError, match="dtype"):
+        causal_conv_update(torch.zeros(8, C, dtype=torch.float32, device=DEVICE), conv, offset, weight, slots, widths,
+                           cu, cfg)
+    with pytest.raises(ValueError, match="BC"):
+        causal_conv_update(torch.zeros(8, C, dtype=torch.bfloat16, device=DEVICE), conv, offset, weight, slots, widths,
+                           cu, {"BC": 48, "num_warps": 1, "num_stages": 1})
+
+
+@pytest.mark.parametrize("dims", [(16, 16, 128), (128, 128, 6144), (100, 60, 1000)])
+def test_config_spaces_hold_their_defaults(dims):
+    K, V, conv_dim = dims
+    for config_class in CONFIG_CLASSES:
+        space = config_space(config_class, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
+        assert space and all(check_config(config_class, c) == c for c in space)
+        assert default_config(config_class, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim) in space
+    step = config_space(STEP, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
+    assert max(c["BV"] for c in step) <= max(8, 1 << (V - 1).bit_length()), "BV must be capped by V"
+    assert set(default_configs(head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)) == set(CONFIG_CLASSES)
+
+
+def test_real_geometry_default_is_fla_kda_block():
+    assert default_config(STEP, head_k_dim=128, head_v_dim=128, conv_dim=8192) == {"BV": 32, "num_warps": 4,
+                                                                                 "num_stages": 2}
+
+
+def test_check_config_rejects_unknown_class_and_values():
+    with pytest.raises(ValueError, match="unknown kernel config class"):
+        check_config("fold", {"BV": 8, "num_warps": 1, "num_stages": 1})
+    with pytest.raises(ValueError, match="must set exactly"):
+        check_config(STEP, {"BV": 8, "num_warps": 1})
+    with pytest.raises(ValueError, match="BV=12"):
+        check_config(STEP, {"BV": 12, "num_warps": 1, "num_stages": 1})
