@@ -78,6 +78,8 @@ Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round out
 CheckRequests = Annotated[int, typer.Option(help="requests compared against the fp64 reference per case")]
 Budget = Annotated[float, typer.Option(help="memory budget (GiB) for the max-concurrency column")]
 Out = Annotated[Path | None, typer.Option(help="root folder of run directories (default results/runs)")]
+AutotuneLevel = Annotated[str, typer.Option("--autotune", help="kernel configs: cache-only (cached, else default) | off")]
+AutotuneCache = Annotated[Path | None, typer.Option(help="config cache file (default results/autotune/cache.json)")]
 JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
 
 
@@ -124,6 +126,8 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         dump: Dump = None,
         check_requests: CheckRequests = 4,
         memory_budget_gib: Budget = 64.0,
+        autotune: AutotuneLevel = "cache-only",
+        autotune_cache: AutotuneCache = None,
         out: Out = None,
         as_json: JsonOut = False,
     ) -> None:
@@ -199,6 +203,46 @@ def gate(
     console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
     if not outcome.passed:
         raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------------ autotune
+@app.command("autotune")
+def autotune_cmd(
+    target: Annotated[str, typer.Argument(help="ssm (state-mode kernels) | pages (KV page kernels)")],
+    preset: Annotated[str | None, typer.Option(help="model geometry (default: the target's tiny preset)")] = None,
+    batch: Batch = None,
+    device: Device = "cpu",
+    drafts: Drafts = None,
+    state_dtype: StateDtype = "fp32",
+    level: Annotated[str, typer.Option(help="tune-missing | force | cache-only | off")] = "tune-missing",
+    autotune_cache: AutotuneCache = None,
+    out: Out = None,
+    as_json: JsonOut = False,
+) -> None:
+    """Sweep kernel configs on disposable inputs; record every candidate (ok, out_of_resources,
+    compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket."""
+    from harness.runner import DEFAULT_OUT
+    from harness.tune import run_autotune
+
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
+               if k not in ("target", "out", "as_json")}
+    with _progress() as progress:
+        outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
+                                                out_root=out or DEFAULT_OUT, progress=_progress_factory(progress)))
+    if as_json:
+        print(json.dumps({"run": str(outcome.path), "cache": str(outcome.cache), "choices": outcome.choices},
+                         indent=1, default=str))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"autotune {target}: {outcome.cache}", title_justify="left")
+    for col in ("kernel", "batch", "config", "source", "median us"):
+        table.add_column(col)
+    for c in outcome.choices:
+        us = "-" if c["median_us"] is None else f"{c['median_us']:.1f}"
+        table.add_row(c["kernel"], str(c["batch"]), json.dumps(c["config"]), c["source"], us)
+    console.print(table)
+    console.print(f"run directory: {outcome.path}", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------------- report / compare

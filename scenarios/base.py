@@ -37,6 +37,9 @@ class RunContext:
             (the reference is a slow per-request loop); None = all.
         time_cases: False for the gate (equivalence only).
         repro: builds the repro command of a row from the case's options.
+        kernel_config: `kernel_config(kernel, static_key, batch, default) -> (config, source)`: the
+            autotuned config from the run's cache (nearest batch bucket) per the run's autotune level,
+            else `default` with source `default` (SPEC §8).
     """
 
     device: str
@@ -52,6 +55,28 @@ class RunContext:
     check_requests: int | None = None
     time_cases: bool = True
     repro: Callable[[dict[str, Any]], str] = lambda opts: ""
+    kernel_config: Callable[..., tuple[dict[str, Any], str]] = lambda kernel, key, batch, default: (dict(default), "default")
+
+
+@dataclass
+class TuneJob:
+    """One autotune sweep a scenario module offers to `harness autotune` (SPEC §8).
+
+    The fields are the arguments of `harness.autotune.tune`: `kernel` is a kernel name or a config
+    class (several kernels that must share one config, each member with its own run closure in
+    `run`); `build(bucket)` makes DISPOSABLE inputs at a batch bucket (never a run's state);
+    `check(config, inputs) -> (ok, detail)` compares a candidate's results with the reference.
+    """
+
+    kernel: Any
+    static_key: dict[str, Any]
+    batch: int
+    candidates: list[dict[str, Any]]
+    default: dict[str, Any]
+    build: Callable[[int], Any]
+    run: Any
+    check: Callable[[dict[str, Any], Any], tuple[bool, str]]
+    classes: tuple[Any, ...] = ()  # config classes to register in the cache
 
 
 @dataclass
