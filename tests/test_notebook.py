@@ -1,0 +1,80 @@
+"""The compare-modes notebook runs headless on a small CPU run, and its committed .ipynb matches its source.
+
+Also checks that a run ends with its figures written (harness/runner.py calls results.plots.plot_run).
+"""
+
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+from ipykernel.kernelspec import write_kernel_spec
+from nbclient import NotebookClient
+
+from harness import runner
+from harness.runner import run_scenario
+from results.store import Run, load_run
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+SOURCE = NOTEBOOKS / "compare_modes.py"
+COMMITTED = NOTEBOOKS / "compare_modes.ipynb"
+ARGV = ["harness", "run", "mtp-fixed", "--rounds", "4", "--batch", "2,3"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out_root = tmp_path_factory.mktemp("runs")
+    return run_scenario("mtp-fixed", {"rounds": 4, "batch": "2,3"}, argv=ARGV, out_root=out_root).path
+
+
+def test_a_run_ends_with_its_figures(small_run: Path) -> None:
+    figures = {p.name: p.stat().st_size for p in (small_run / "figures").glob("*.png")}
+    expected = {f"mtp-fixed-gdn-{metric}.png" for metric in ("throughput", "memory", "speedup", "bandwidth")}
+    assert set(figures) == expected
+    assert all(size > 0 for size in figures.values())
+
+
+def test_a_figure_that_cannot_be_drawn_does_not_fail_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_plot_run(run: Run) -> None:
+        raise RuntimeError("no canvas")
+
+    monkeypatch.setattr(runner, "plot_run", broken_plot_run)
+    with pytest.warns(UserWarning, match="not drawn: RuntimeError.'no canvas'"):
+        outcome = run_scenario("mtp-fixed", {"rounds": 2, "batch": "2"}, argv=ARGV, out_root=tmp_path)
+    assert load_run(outcome.path).throughput["status"].eq("passed").all()  # finished, not left .partial
+
+
+def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A "python3" kernel spec running this interpreter, first on JUPYTER_PATH: a user-level python3 spec
+    # pointing at another Python cannot take over, and nothing is installed outside tmp_path.
+    write_kernel_spec(tmp_path / "jupyter" / "kernels" / "python3")  # argv: sys.executable -m ipykernel_launcher
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("HARNESS_RUN", str(small_run))  # the kernel inherits this environment
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+
+    nb = jupytext.read(SOURCE)
+    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError on the first failing cell
+
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert [o for o in outputs if o.output_type == "error"] == []
+    data = [o.get("data", {}) for o in outputs]
+    markdown = "\n".join(d.get("text/markdown", "") for d in data)
+    html = "\n".join(d.get("text/html", "") for d in data)
+    assert f"run {small_run.name}:" in markdown  # the manifest header of the run it was given
+    assert "equivalence: PASS" in markdown
+    for mode in ("native", "compact", "replay (Lh 8, fp32 history)", "speedup vs native", "bytes/req measured"):
+        assert mode in html  # the side-by-side table
+    assert "before the rollout" in html  # the equivalence verdicts table
+    # replay drift, memory and throughput: one figure each for this one-scenario run
+    assert sum("image/png" in d for d in data) == 3
+
+
+def test_committed_notebook_matches_its_source() -> None:
+    source = jupytext.read(SOURCE)
+    committed = nbformat.read(COMMITTED, as_version=4)
+    assert [(c.cell_type, c.source) for c in committed.cells] == [(c.cell_type, c.source) for c in source.cells], (
+        "notebooks/compare_modes.ipynb is stale: run `jupytext --to ipynb notebooks/compare_modes.py`"
+    )
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert code and all(c.outputs == [] and c.execution_count is None for c in code), "commit it with outputs stripped"
