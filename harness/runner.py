@@ -7,6 +7,7 @@ directory; a run that fails later stays `<run-id>.partial/` with FAILED.txt, nev
 from __future__ import annotations
 
 import shlex
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 
 from harness import env, equivalence, memory, timing
-from results.store import RunWriter
+from results.plots import plot_run
+from results.store import RunWriter, load_run
 from scenarios import RunContext, get_scenario
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
@@ -124,4 +126,10 @@ def run_scenario(
             for rec in result.ooms:
                 writer.add_oom(rec)
             rows += result.rows
+    # Every run directory gets its figures (SPEC §9). The run is complete and valid by now, so a figure that
+    # cannot be drawn is a warning, not a failed run (plot_run itself skips figures that have no data).
+    try:
+        plot_run(load_run(writer.path))
+    except Exception as exc:
+        warnings.warn(f"figures of {writer.path} not drawn: {exc!r}", stacklevel=2)
     return RunOutcome(writer.path, rows, report)
