@@ -16,12 +16,14 @@ from typing import Any
 
 import torch
 
-from harness import env, equivalence, memory, timing
+from harness import autotune, env, equivalence, memory, timing
 from results.plots import plot_run
 from results.store import RunWriter, load_run
 from scenarios import RunContext, get_scenario
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
+# Autotuned configs (keyed inside by GPU name, Triton version, kernel, static key); `harness autotune` fills it.
+DEFAULT_CACHE = Path(__file__).resolve().parents[1] / "results" / "autotune" / "cache.json"
 INTERNAL_OPTIONS = {"family", "dynamic", "out", "dump", "json", "quiet"}
 
 
@@ -71,9 +73,21 @@ def make_context(
     timer: str = "auto",
     warmup: int = 5,
     rep: int = 30,
+    autotune_level: str = "cache-only",
+    autotune_cache: Path | str = DEFAULT_CACHE,
 ) -> tuple[RunContext, equivalence.EquivalenceReport]:
     """A RunContext wired to the harness (comparisons go to `writer` and to the returned report)."""
     report = equivalence.EquivalenceReport()
+    level = autotune.Level(autotune_level)
+    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
+        raise ValueError(f"runs look configs up (cache-only | off); tune with `harness autotune --level {level.value}`")
+    cache: list[autotune.AutotuneCache] = []  # opened on first use
+
+    def kernel_config(kernel: str, static_key: dict, batch: int, default: dict) -> tuple[dict, str]:
+        if not cache:
+            cache.append(autotune.AutotuneCache(autotune_cache))
+        choice = autotune.cached_choice(kernel, static_key, batch, cache=cache[0], level=level, default=default)
+        return choice.config, "cached" if choice.source == "cache" else "default"
 
     def record(c: equivalence.Comparison) -> None:
         report.add(c)
@@ -94,6 +108,7 @@ def make_context(
         check_requests=check_requests,
         time_cases=time_cases,
         repro=lambda opts: repro_command(scenario, opts),
+        kernel_config=kernel_config,
     )
     return ctx, report
 
@@ -109,6 +124,8 @@ def run_scenario(
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options."""
     scenario = get_scenario(name)
     cases = scenario.plan(options)
+    if autotune.Level(options.get("autotune") or "cache-only") not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
+        raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
     device = options.get("device") or "cpu"
     seed = int(options.get("seed") or 0)
     torch.manual_seed(seed)
@@ -118,6 +135,8 @@ def run_scenario(
         ctx, report = make_context(
             device, seed, ceilings, writer, scenario=name, progress=progress, dump_dir=options.get("dump"),
             check_requests=options.get("check_requests"),
+            autotune_level=options.get("autotune") or "cache-only",
+            autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
         )
         rows = []
         for case in cases:

@@ -86,8 +86,8 @@ def _memory(rows: pd.DataFrame, title: str) -> Figure | str:
     labels, predicted, measured = [], [], []
     for label, _, line in _lines(rows, x=None):
         labels.append(label)
-        predicted.append(line["bytes_per_request_predicted"].median() / 2**20)
-        measured.append(line["bytes_per_request_measured"].median() / 2**20)
+        predicted.append(line["bytes_per_request_predicted"].astype("float64").median() / 2**20)
+        measured.append(line["bytes_per_request_measured"].astype("float64").median() / 2**20)
     fig, ax = _axes(title, "mode", "MiB per request")
     pos = list(range(len(labels)))
     ax.bar([p - 0.2 for p in pos], predicted, width=0.4, label="predicted")

@@ -111,6 +111,8 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
             row["bytes_per_request_measured"] = measured[v]
         st_name, reason = status[v]
         row["status"], row["reason"] = st_name, reason
+        if st_name == "unsupported":  # no valid pool of this config exists, so no memory to predict
+            row.pop("bytes_per_request_predicted", None), row.pop("max_concurrency", None)
         if st_name == "passed" and ctx.time_cases:
             timed, rec = _time_variant(case, v, wl, ctx)
             if rec is not None:
