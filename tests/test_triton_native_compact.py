@@ -55,8 +55,9 @@ def _rms(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The raw bytes of `t`, so that equality is bitwise (NaNs and signed zeros included)."""
+    return t.contiguous().view(torch.uint8)
 
 
 @dataclass
@@ -137,9 +138,9 @@ def test_compact_equals_native_and_tracks_references(family, state_dtype):
 
     for i in range(len(rounds)):
         for layer, (o_n, o_c) in enumerate(zip(native.outputs[i], compact.outputs[i])):
-            assert torch.equal(_bits(o_n), _bits(o_c)), f"round {i} layer {layer}: compact outputs != native"
+            assert torch.equal(_bytes(o_n), _bytes(o_c)), f"round {i} layer {layer}: compact outputs != native"
         for part, (a, b) in zip(("ssm", "conv"), zip(native.after[i], compact.after[i])):
-            assert torch.equal(_bits(a), _bits(b)), f"round {i}: committed {part} of compact != native"
+            assert torch.equal(_bytes(a), _bytes(b)), f"round {i}: committed {part} of compact != native"
         o_ratio = _rms(torch.cat(native.outputs[i]), torch.cat(torch_native.outputs[i]))
         s_ratio = _rms(native.after[i][0].float(), torch_native.after[i][0].float())
         bound = TORCH_RMS[state_dtype]
@@ -167,8 +168,8 @@ def test_compact_equals_native_with_fp32_activations():
     rounds = [([W, 3, W], [1, 2, 3])]
     compact, _ = _run("compact", "triton", "kda", torch.float32, rounds, act_dtype=torch.float32)
     native, _ = _run("native", "triton", "kda", torch.float32, rounds, act_dtype=torch.float32)
-    assert all(torch.equal(_bits(a), _bits(b)) for a, b in zip(compact.outputs[0], native.outputs[0]))
-    assert torch.equal(_bits(compact.after[0][0]), _bits(native.after[0][0]))
+    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(compact.outputs[0], native.outputs[0]))
+    assert torch.equal(_bytes(compact.after[0][0]), _bytes(native.after[0][0]))
 
 
 @pytest.mark.parametrize("mode", ["native", "compact"])
@@ -196,8 +197,7 @@ def test_untouched_slots_stay_byte_identical(mode):
         assert torch.isfinite(out).all()
     state.accept([2, -1, 1])
     for name, t in state.slot_rows(keep).items():
-        assert torch.equal(_bits(t) if t.is_floating_point() else t, _bits(before[name]) if t.is_floating_point()
-                           else before[name]), f"{mode}: {name} of an untouched slot changed"
+        assert torch.equal(_bytes(t), _bytes(before[name])), f"{mode}: {name} of an untouched slot changed"
 
 
 def _direct_inputs(family: str, gen: torch.Generator, widths: list[int]):
@@ -217,43 +217,39 @@ def _direct_inputs(family: str, gen: torch.Generator, widths: list[int]):
     return geom, [t.to(DEVICE) for t in tensors]
 
 
+@pytest.mark.parametrize("mode", ["native", "compact"])
 @pytest.mark.parametrize("family", ["gdn", "kda"])
-def test_outputs_into_poisoned_buffer(family):
+def test_outputs_into_poisoned_buffer(family, mode):
     """Padding rows come out zero and every valid row is written, whatever the buffer held."""
     gen = torch.Generator().manual_seed(3)
     widths = [2, 0, W]
     geom, (qkv, a, b, A_log, dt_bias, slots, widths_t, cu) = _direct_inputs(family, gen, widths)
-    L, HV, K, V = 2, geom.value_heads, geom.head_k_dim, geom.head_v_dim
-    ssm = torch.randn(L, CAP, W, HV, K, V, generator=gen).to(DEVICE)
+    L, H, HV, K, V = geom.layers, geom.key_heads, geom.value_heads, geom.head_k_dim, geom.head_v_dim
     offset = torch.randint(0, W, (CAP,), dtype=torch.int32, generator=gen).to(DEVICE)
-    compact = CompactPool(
-        torch.randn(L, CAP, HV, K, V, generator=gen).to(DEVICE),
-        torch.zeros(L, CAP, geom.key_heads, W, K, dtype=torch.bfloat16, device=DEVICE),
-        torch.zeros(L, CAP, HV, W, V, dtype=torch.bfloat16, device=DEVICE),
-        torch.zeros(L, CAP, HV, W, *([K] if family == "kda" else []), device=DEVICE),
-        torch.zeros(L, CAP, HV, W, device=DEVICE),
-    )
+    native_pool = torch.randn(L, CAP, W, HV, K, V, generator=gen).to(DEVICE)
+    compact_ssm = native_pool[:, :, 0].contiguous()
     config = SMALL_BLOCKS["step"]
+
+    def run(out: torch.Tensor) -> torch.Tensor:  # on a fresh copy of the pool: native overwrites snapshots
+        if mode == "native":
+            return native_verify(native_pool.clone(), 1, qkv, a, b, A_log, dt_bias, offset, slots, widths_t, cu,
+                                 config, out=out)
+        pool = CompactPool(compact_ssm.clone(), torch.zeros(L, CAP, H, W, K, dtype=torch.bfloat16, device=DEVICE),
+                           torch.zeros(L, CAP, HV, W, V, dtype=torch.bfloat16, device=DEVICE),
+                           torch.zeros(L, CAP, HV, W, *([K] if family == "kda" else []), device=DEVICE),
+                           torch.zeros(L, CAP, HV, W, device=DEVICE))
+        return compact_verify(pool, 1, qkv, a, b, A_log, dt_bias, slots, widths_t, cu, config, out=out)
+
     T, total = 3 * W, sum(widths)
-    runs = {
-        "native": lambda out, pool: native_verify(pool, 1, qkv, a, b, A_log, dt_bias, offset, slots, widths_t, cu,
-                                                  config, out=out),
-        "compact": lambda out, pool: compact_verify(pool, 1, qkv, a, b, A_log, dt_bias, slots, widths_t, cu, config,
-                                                    out=out),
-    }
-    pools = {"native": ssm, "compact": compact}
-    for name, run in runs.items():
-        clone = (lambda p: p.clone()) if name == "native" else (
-            lambda p: CompactPool(*(t.clone() for t in (p.ssm, p.rec_k, p.rec_v, p.rec_decay, p.rec_beta))))
-        clean = run(torch.zeros(T, HV, V, device=DEVICE), clone(pools[name]))
-        poisoned = run(torch.full((T, HV, V), float("nan"), device=DEVICE), clone(pools[name]))
-        assert torch.equal(poisoned[total:], torch.zeros_like(poisoned[total:])), f"{name}: padding rows not zeroed"
-        assert torch.isfinite(poisoned[:total]).all(), f"{name}: a valid output row was not written"
-        assert torch.equal(poisoned, clean), f"{name}: output depends on what the buffer held"
+    clean = run(torch.zeros(T, HV, V, device=DEVICE))
+    poisoned = run(torch.full((T, HV, V), float("nan"), device=DEVICE))
+    assert torch.equal(poisoned[total:], torch.zeros_like(poisoned[total:])), "padding rows were not zeroed"
+    assert torch.isfinite(poisoned[:total]).all(), "a valid output row was not written"
+    assert torch.equal(poisoned, clean), "the outputs depend on what the buffer held"
 
 
-def test_commit_leaves_idle_rows_and_unaccepted_layers_alone():
-    """accepted = -1 writes nothing; the one launch covers every layer."""
+def test_commit_skips_idle_rows_and_covers_every_layer():
+    """accepted = -1 writes nothing; the one launch commits every layer of the other rows."""
     gen = torch.Generator().manual_seed(5)
     geom = _geom("kda")
     L, H, HV, K, V = geom.layers, geom.key_heads, geom.value_heads, geom.head_k_dim, geom.head_v_dim
@@ -268,9 +264,9 @@ def test_commit_leaves_idle_rows_and_unaccepted_layers_alone():
     slots = torch.tensor([1, 3], device=DEVICE)
     compact_commit(pool, slots, torch.tensor([-1, 0], dtype=torch.int32, device=DEVICE), default_config(
         STEP, head_k_dim=K, head_v_dim=V, conv_dim=geom.conv_dim))
-    assert torch.equal(pool.ssm[:, [0, 1, 2, 4]], before[:, [0, 1, 2, 4]])
-    assert not torch.equal(pool.ssm[:, 3], before[:, 3]) and all(
-        not torch.equal(pool.ssm[layer, 3], before[layer, 3]) for layer in range(L)), "a layer was not committed"
+    assert torch.equal(_bytes(pool.ssm[:, [0, 1, 2, 4]]), _bytes(before[:, [0, 1, 2, 4]])), "an idle row was written"
+    for layer in range(L):
+        assert not torch.equal(pool.ssm[layer, 3], before[layer, 3]), f"layer {layer} was not committed"
 
 
 def test_launchers_reject_bad_inputs():

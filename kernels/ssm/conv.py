@@ -62,7 +62,6 @@ def causal_conv_kernel(
     # tokens of the round along the second axis; full column t + i feeds tap i of token t
     o_t = tl.arange(0, BW)
     m_y = m_c[:, None] & (o_t < w)[None, :]
-    b_acc = tl.zeros([BC, BW], dtype=tl.float32)
     for i in tl.static_range(KERNEL):
         b_w = tl.load(weight + o_c * KERNEL + i, mask=m_c, other=0.0).to(tl.float32)
         b_f = _full_column(x, conv, off, bos, o_c[:, None], (o_t + i)[None, :], C, KW, m_y, KERNEL).to(tl.float32)
