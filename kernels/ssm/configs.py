@@ -3,10 +3,10 @@
 A config class is a set of kernels that must run with one config because the config is part of the
 numerics: `step` (BV, num_warps, num_stages) is shared by native verify, compact verify, compact
 commit and the replay fold/materialize, since BV and the warp layout set the reduction tree of the
-`tl.sum` in `delta_step`, and the bitwise contracts between modes need the same tree.
-`replay-forward` (same axes) is the replay forward kernel's own (its outputs are only held to a
-tolerance). `conv` (BC, num_warps, num_stages) is the conv kernel's: its arithmetic is per channel,
-so any config gives the same bits.
+`tl.sum` in `delta_step`, and the bitwise contracts between modes need the same tree. `conv` (BC,
+num_warps, num_stages) is the conv kernel's own: its arithmetic is per channel, so any config gives
+the same bits. (The replay forward's class, `replay-forward`, is declared with its kernel in
+kernels/ssm/replay.py.)
 
 A config is a plain dict (`{"BV": 32, "num_warps": 4, "num_stages": 2}`); the autotuner sweeps
 `config_space(...)` and a state pool falls back to `default_config(...)`.
@@ -22,14 +22,11 @@ import triton
 Config = dict[str, Any]
 
 STEP = "step"
-REPLAY_FORWARD = "replay-forward"
 CONV = "conv"
-CONFIG_CLASSES = (STEP, REPLAY_FORWARD, CONV)
+CONFIG_CLASSES = (STEP, CONV)
 
-_STATE_BLOCK_AXES = {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3)}
 _AXES: dict[str, dict[str, tuple[int, ...]]] = {
-    STEP: _STATE_BLOCK_AXES,
-    REPLAY_FORWARD: _STATE_BLOCK_AXES,
+    STEP: {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3)},
     CONV: {"BC": (32, 64, 128, 256, 512), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2, 3)},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
@@ -44,7 +41,7 @@ def _check_class(config_class: str) -> None:
 
 def _keep(config_class: str, config: Config, head_k_dim: int, head_v_dim: int, conv_dim: int) -> bool:
     threads = 32 * config["num_warps"]
-    if config_class != CONV:
+    if config_class == STEP:
         if config["BV"] > max(8, triton.next_power_of_2(head_v_dim)):
             return False
         per_thread = triton.next_power_of_2(head_k_dim) * config["BV"] / threads
@@ -58,7 +55,7 @@ def config_space(config_class: str, *, head_k_dim: int, head_v_dim: int, conv_di
     """Candidate configs of `config_class` for one geometry (pruned, never empty).
 
     Args:
-        config_class: `step`, `replay-forward` or `conv`.
+        config_class: `step` or `conv`.
         head_k_dim, head_v_dim: K and V of the state.
         conv_dim: channels of the conv (`2*H*K + HV*V`).
     """
@@ -75,11 +72,10 @@ def default_config(config_class: str, *, head_k_dim: int, head_v_dim: int, conv_
     BC 256 for the conv) when the space has it, else the space's largest block with the fewest warps."""
     _check_class(config_class)
     space = config_space(config_class, head_k_dim=head_k_dim, head_v_dim=head_v_dim, conv_dim=conv_dim)
-    preferred = {"BV": 32, "num_warps": 4, "num_stages": 2} if config_class != CONV else \
-        {"BC": 256, "num_warps": 4, "num_stages": 2}
-    if preferred in space:
-        return dict(preferred)
-    block = "BC" if config_class == CONV else "BV"
+    preferred = {STEP: {"BV": 32, "num_warps": 4, "num_stages": 2}, CONV: {"BC": 256, "num_warps": 4, "num_stages": 2}}
+    if preferred[config_class] in space:
+        return dict(preferred[config_class])
+    block = "BV" if config_class == STEP else "BC"
     return dict(max(space, key=lambda c: (c[block], -c["num_warps"], c["num_stages"] == 2)))
 
 
