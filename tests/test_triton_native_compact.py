@@ -17,12 +17,14 @@ machine the same tests run there.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from kernels.common.triton_cpu import interpreting
+from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
@@ -395,8 +397,6 @@ def test_fla_baseline_matches_reference(family):
     state0 = torch.randn(n, HV, K, V, generator=gen) * 0.3
     cu = torch.tensor([0, W, W, W + 2], dtype=torch.int32)
     # conv outputs as the triton conv would give them: the fp64 reference rounds them the same way
-    from kernels.conv.naive import causal_conv
-
     qkv = torch.zeros(n * W, geom.conv_dim)
     for r in range(n):
         y, _ = causal_conv(window[r : r + 1], x.mixed_qkv[cu[r] : cu[r] + W][None], params.conv_weight[0])
@@ -415,3 +415,15 @@ def test_fla_baseline_matches_reference(family):
                                 params.A_log[0], params.dt_bias[0], geom.key_heads, **extra)
         assert _rms(o[rows].cpu(), o_ref) <= 2e-3
         assert _rms(final[r].cpu(), s_ref[-1]) <= 2e-3
+
+
+def test_fla_baseline_missing_is_a_clear_error(monkeypatch):
+    """Without fla-core the baseline raises FlaUnavailableError (scenarios report `unsupported`)."""
+    from kernels.ssm.fla_baseline import FlaUnavailableError, fla_fused_recurrent
+
+    monkeypatch.setitem(sys.modules, "fla.ops.gated_delta_rule", None)  # makes the import fail
+    gen = torch.Generator().manual_seed(1)
+    geom, (qkv, a, b, A_log, dt_bias, _, _, cu) = _direct_inputs("gdn", gen, [1, 2, 3])
+    state0 = torch.zeros(3, geom.value_heads, geom.head_k_dim, geom.head_v_dim, device=DEVICE)
+    with pytest.raises(FlaUnavailableError, match="fla-core"):
+        fla_fused_recurrent(qkv, a, b, A_log, dt_bias, state0, cu)
