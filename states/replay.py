@@ -46,7 +46,7 @@ class ReplayState(SSMState):
     mode = "replay"
 
     def __init__(self, geom: SSMGeometry, params: SSMParams, cfg: StateConfig, fold_variant: str = "auto") -> None:
-        choose_fold_variant(fold_variant, 0)
+        choose_fold_variant(fold_variant)
         super().__init__(geom, params, cfg)
         self.fold_variant = fold_variant
         # fused variant: (slots, fold_from) of the round until its first forward launch folds them
@@ -174,7 +174,7 @@ class ReplayState(SSMState):
     def _prepare_triton(self, rnd: Round) -> None:
         """Fold decision and cursor flips on the device; the folds run now (split) or in the round's
         first forward launch (fused)."""
-        variant = choose_fold_variant(self.fold_variant, rnd.n)
+        variant = choose_fold_variant(self.fold_variant)
         self._flush_pending_fold()
         fold_from = replay_prepare(self._pool, rnd.slots, rnd.widths)
         if variant == "split":
