@@ -101,47 +101,34 @@ class ReplayPool:
 
 
 @triton.jit
-def _replay_raw_records(b_h, p_k, p_v, p_beta, p_g, base, count, o_k, m_k, o_v, m_v,
-                        K: tl.constexpr, V: tl.constexpr, IS_KDA: tl.constexpr):
-    """Replay raw records at ring positions `base .. base + count - 1` into `b_h [BK, BV]` (fp32).
-
-    `p_k`, `p_v`, `p_beta`, `p_g` point at position 0 of one (pool row, head) of raw_k, raw_v,
-    raw_beta and hist_g. Each token's step inputs are built exactly as native verify builds them from
-    the conv output: `l2norm` of raw k in fp32, raw v in fp32, `exp` of the fp32 log gate, fp32 beta.
-    """
-    for j in range(count):
-        pos = base + j
-        b_k = l2norm(tl.load(p_k + pos * K + o_k, mask=m_k, other=0.0).to(tl.float32))
-        b_v = tl.load(p_v + pos * V + o_v, mask=m_v, other=0.0).to(tl.float32)
-        b_beta = tl.load(p_beta + pos)
-        if IS_KDA:  # a [BK, 1] column over the state rows
-            b_decay = tl.exp(tl.load(p_g + pos * K + o_k, mask=m_k, other=0.0))[:, None]
-        else:
-            b_decay = tl.exp(tl.load(p_g + pos))
-        b_h = delta_step(b_h, b_k, b_v, b_decay, b_beta)
-    return b_h
-
-
-@triton.jit
 def _fold_block(ssm, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k, m_k, o_v, m_v,
                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                 P: tl.constexpr, IS_KDA: tl.constexpr):
-    """The checkpoint block `[BK, BV]` of pool row `row` (int64, `layer * slots + slot`) and value
-    head `i_hv` with the records counted by `old_cursor` replayed, rounded to the state dtype."""
+    """The checkpoint block `[BK, BV]` of pool row `row` (int64, `layer * slots + slot`) and value head
+    `i_hv` with the raw records counted by `old_cursor` replayed, rounded once to the state dtype.
+
+    Each record's step inputs are built exactly as native verify builds them from the conv output:
+    `l2norm` of raw k in fp32, raw v in fp32, `exp` of the fp32 log gate, fp32 beta.
+    """
     count = old_cursor % P
     base = (old_cursor // P) * (P // 2)
     i_h = i_hv // (HV // H)
     GW: tl.constexpr = K if IS_KDA else 1
     p_h = ssm + (row * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
     b_h = tl.load(p_h, mask=m_k[:, None] & m_v[None, :], other=0.0).to(tl.float32)
-    b_h = _replay_raw_records(
-        b_h,
-        raw_k + (row * H + i_h) * P * K,
-        raw_v + (row * HV + i_hv) * P * V,
-        raw_beta + (row * HV + i_hv) * P,
-        hist_g + (row * HV + i_hv) * P * GW,
-        base, count, o_k, m_k, o_v, m_v, K, V, IS_KDA,
-    )
+    p_k = raw_k + (row * H + i_h) * P * K
+    p_v = raw_v + (row * HV + i_hv) * P * V
+    p_beta = raw_beta + (row * HV + i_hv) * P
+    p_g = hist_g + (row * HV + i_hv) * P * GW
+    for j in range(count):
+        pos = base + j
+        b_k = l2norm(tl.load(p_k + pos * K + o_k, mask=m_k, other=0.0).to(tl.float32))
+        b_v = tl.load(p_v + pos * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+        if IS_KDA:  # a [BK, 1] column over the state rows
+            b_decay = tl.exp(tl.load(p_g + pos * K + o_k, mask=m_k, other=0.0))[:, None]
+        else:
+            b_decay = tl.exp(tl.load(p_g + pos))
+        b_h = delta_step(b_h, b_k, b_v, b_decay, tl.load(p_beta + pos))
     return round_to(b_h, ssm.dtype.element_ty)
 
 
