@@ -172,6 +172,23 @@ class SSMState:
         """Every tensor the pool owns, by name (for footprints, poisoning and snapshots in tests)."""
         return {"conv": self.conv, "conv_offset": self.conv_offset}
 
+    def slot_rows(self, slots: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Views of every pool tensor restricted to `slots` (pools are `[L, slots, ...]` or `[slots]`)."""
+        slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
+        return {name: t[slots] if t.dim() == 1 else t[:, slots] for name, t in self._pool_tensors().items()}
+
+    def fill_slot_rows(self, slots: torch.Tensor, generator: torch.Generator) -> None:
+        """Overwrite every pool byte of `slots` with random bits (poison for untouched-slot checks)."""
+        slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
+        for t in self._pool_tensors().values():
+            rows = t[slots] if t.dim() == 1 else t[:, slots]
+            bits = torch.randint(0, 256, (rows.numel() * rows.element_size(),), dtype=torch.uint8, generator=generator)
+            rows = bits.view(rows.dtype).view(rows.shape).to(t.device)
+            if t.dim() == 1:
+                t[slots] = rows
+            else:
+                t[:, slots] = rows
+
     @classmethod
     def bytes_per_request(cls, geom: SSMGeometry, cfg: StateConfig) -> dict[str, int]:
         """SPEC §3 formula, term by term, plus `total`. Subclasses add their state terms."""
@@ -369,7 +386,8 @@ class SSMState:
         y, full = causal_conv(window, x, self.params.conv_weight[layer])
         # next window: stored columns [0, kernel - 2 + w) take full[:, :, 1 : kernel - 1 + w]
         ncol = buf.shape[2]
-        keep = torch.arange(ncol, device=tok.device)[None, :] < (kernel - 2 + rnd.widths.long())[:, None]
+        w = rnd.widths.long()[:, None]
+        keep = (torch.arange(ncol, device=tok.device)[None, :] < kernel - 2 + w) & (w > 0)  # idle rows keep all
         self.conv[layer, rnd.slots] = torch.where(keep[:, None, :], full[:, :, 1 : 1 + ncol], buf)
 
         q_raw, k_raw, v_raw = split_qkv(y, g.key_heads, g.head_k_dim, g.value_heads, g.head_v_dim)
