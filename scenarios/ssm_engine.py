@@ -89,6 +89,8 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     status: dict[Variant, tuple[str, str]] = {}
     measured: dict[Variant, float] = {}  # storage bytes per request of the pool actually allocated
     for v in variants:
+        if v[1] == "fla":
+            continue  # the fla baseline is a timing row after the modes (see _fla_row)
         try:
             MODES[v[0]]._validate_config(g, case.config(v[0], v[1], ctx.device, 1))
         except ValueError as e:
@@ -102,10 +104,13 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
             comparisons.forget(v)
         else:
             status[v] = ("passed", "") if comparisons.passed(v) else ("mismatch", comparisons.why(v))
+    fla_rows = [_fla_row(case, wl, ctx, comparisons) for v in variants if v == ("native", "fla")]
     comparisons.record()
     comparisons.release()
 
     for v in variants:
+        if v[1] == "fla":
+            continue
         row = base_row(case, v, wl, ctx)
         if v in measured:
             row["bytes_per_request_measured"] = measured[v]
@@ -121,14 +126,19 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
             else:
                 row.update(timed)
         result.rows.append(row)
+    for row, rec in fla_rows:
+        result.rows.append(row)
+        if rec is not None:
+            result.ooms.append({**_identity(case, ("native", "fla")), **rec})
     return result
 
 
 def _ordered(case: SSMCase) -> list[Variant]:
-    """torch before triton (the twin a triton variant is checked against), native first per backend."""
-    backends = sorted(case.backends, key=lambda b: b != "torch")
+    """torch before triton (the twin a triton variant is checked against), native first per backend;
+    the fla baseline is native only."""
+    backends = sorted(case.backends, key=lambda b: (b != "torch", b == "fla"))
     modes = sorted(case.modes, key=lambda m: m != "native")
-    return [(m, b) for b in backends for m in modes]
+    return [(m, b) for b in backends for m in modes if b != "fla" or m == "native"]
 
 
 def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> float:
@@ -361,6 +371,83 @@ class _Reference:
         return torch.cat(outs)
 
 
+# ------------------------------------------------------------------------------------------- fla
+def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> tuple[dict, dict | None]:
+    """The field's reference kernel beside ours: fla-core's fused_recurrent on the same round.
+
+    A baseline, not a mode: fla returns only the final state (no per-token snapshots to roll back to)
+    and writes outputs in the activation dtype. So its row times one round of every layer (our conv
+    kernel, then fla's recurrence from the accepted states, final states written back) and its outputs
+    are checked on round 0 only (same inputs and initial state as the modes), within the bf16 bound.
+    """
+    v = ("native", "fla")
+    row = base_row(case, v, wl, ctx)
+    row["reason"] = "baseline: fla fused_recurrent (final state only, outputs in the activation dtype)"
+    try:
+        from kernels.ssm.fla_baseline import FlaUnavailableError, fla_fused_recurrent
+        import kernels.ssm.conv  # noqa: F401  (the triton conv the round uses)
+    except ImportError as e:
+        row.update(status="unsupported", reason=str(e))
+        return row, None
+    g, n = wl.geom, wl.batch
+    try:
+        with ctx.oom_guard() as guard:
+            st = make_state(g, wl.params, case.config("native", "triton", ctx.device, n))
+            slots = st.alloc(n)
+            st.load(slots, wl.init_ssm, wl.init_conv)
+            widths, accepted = wl.widths(0), wl.accepted(0)
+            inputs = [wl.inputs(0, layer) for layer in range(g.layers)]
+            rnd = st.begin_round(slots, widths)
+            off = st.conv_offset[slots].long()
+
+            def one_round() -> list[torch.Tensor]:
+                outs = []
+                for layer in range(g.layers):
+                    y = st._conv_triton(layer, inputs[layer], rnd)
+                    o, final = fla_fused_recurrent(
+                        y, inputs[layer].a, inputs[layer].b, wl.params.A_log[layer], wl.params.dt_bias[layer],
+                        st.ssm[layer, slots, off], rnd.cu_seqlens, g.lower_bound,
+                    )
+                    st.ssm[layer, slots, off] = final.to(st.ssm.dtype)
+                    outs.append(o)
+                return outs
+
+            valid = int(widths.long().sum())
+            for layer, o in enumerate(one_round()):
+                base = comparisons.outs.get((("native", "torch"), 0, layer), comparisons.outs.get((("native", "triton"), 0, layer)))
+                if base is not None:
+                    c = comparisons._cmp(o[:valid], base, name="o", lhs="native/fla", rhs="native (round 0)",
+                                         contract="3", policy="rms", tolerance=tolerances.REPLAY_OUTPUT_RMS_BF16,
+                                         dims=OUT_DIMS)
+                    comparisons._add_round(("o", v, "native"), v, 0, _with_layer(c, layer))
+            ok = comparisons.passed(v)
+            row["status"] = "passed" if ok else "mismatch"
+            if not ok:
+                row["reason"] = comparisons.why(v)
+            elif ctx.time_cases:
+                timing = ctx.bench(one_round)
+                tokens = float((accepted.long() + 1).clamp_min(0).sum())
+                moved = cost.native_round_bytes(g, case.config("native", "triton", ctx.device, n), widths,
+                                                torch.zeros_like(widths)) - _fla_snapshot_credit(g, case, widths)
+                row.update(_timing_fields(timing, tokens, moved, ctx))
+    except FlaUnavailableError as e:
+        row.update(status="unsupported", reason=str(e))
+        return row, None
+    if guard.record is not None:
+        row.update(status="oom", reason=guard.record.get("message", "CUDA out of memory"))
+        return row, guard.record
+    return row, None
+
+
+def _fla_snapshot_credit(g, case: SSMCase, widths: torch.Tensor) -> float:
+    """fla writes one final state per row instead of one snapshot per token: native's cost model minus
+    the `w - 1` snapshot writes fla does not do."""
+    from states.base import _nbytes
+
+    w = widths.long().cpu()
+    return float(((w - 1).clamp_min(0)).sum()) * g.state_elems * _nbytes(case.state_dtype) * g.layers
+
+
 # ---------------------------------------------------------------------------------------------- timing
 def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> tuple[dict, dict | None]:
     """Time one round of all layers on a fresh pool; returns (row fields, oom record or None)."""
@@ -384,8 +471,13 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     if guard.record is not None:
         return {}, guard.record
     tokens = float((accepted.long() + 1).clamp_min(0).sum())
-    round_bytes = _round_bytes(case, v, g, cfg, widths, accepted)
-    fields.update(
+    fields.update(_timing_fields(timing, tokens, _round_bytes(case, v, g, cfg, widths, accepted), ctx))
+    return fields, None
+
+
+def _timing_fields(timing, tokens: float, round_bytes: float, ctx: RunContext) -> dict[str, Any]:
+    """Row columns of a timed round: the timing, tokens/s, bytes and % of the run's d2d ceiling."""
+    fields = dict(
         timer=timing.timer, samples=timing.n_samples, median_us=timing.median_us, p20_us=timing.p20_us,
         p80_us=timing.p80_us, noise_pct=timing.noise_pct, tokens_per_s=tokens / (timing.median_us * 1e-6),
         bytes_moved=round_bytes, achieved_gbps=round_bytes / (timing.median_us * 1e-6) / 1e9,
@@ -396,7 +488,7 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
         fields.update(ceiling_name=name, ceiling_gbps=ceiling, ceiling_pct=100 * fields["achieved_gbps"] / ceiling)
     if getattr(timing, "fallback_reason", None):
         fields["reason"] = f"timer fallback: {timing.fallback_reason}"
-    return fields, None
+    return fields
 
 
 def _round_bytes(case: SSMCase, v: Variant, g, cfg: StateConfig, widths, accepted) -> float:
