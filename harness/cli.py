@@ -80,6 +80,8 @@ Budget = Annotated[float, typer.Option(help="memory budget (GiB) for the max-con
 Out = Annotated[Path | None, typer.Option(help="root folder of run directories (default results/runs)")]
 AutotuneLevel = Annotated[str, typer.Option("--autotune", help="kernel configs: cache-only (cached, else default) | off")]
 AutotuneCache = Annotated[Path | None, typer.Option(help="config cache file (default results/autotune/cache.json)")]
+Warmup = Annotated[int, typer.Option(help="untimed calls before the samples")]
+Rep = Annotated[int, typer.Option(help="timed samples per row (median, p20, p80, noise)")]
 JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
 
 
@@ -128,6 +130,8 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         memory_budget_gib: Budget = 64.0,
         autotune: AutotuneLevel = "cache-only",
         autotune_cache: AutotuneCache = None,
+        warmup: Warmup = 5,
+        rep: Rep = 30,
         out: Out = None,
         as_json: JsonOut = False,
     ) -> None:
@@ -155,6 +159,54 @@ _ssm_command("decode", False, "Default 64 rounds.")
 _ssm_command("mtp-fixed", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
 _ssm_command("mtp-dynamic", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
 _ssm_command("checkpoint-restore", True, "Default 24 rounds, 3 drafts, geometric:0.7 acceptance.")
+
+
+# ------------------------------------------------------------------------------------------ KV pages
+PagePreset = Annotated[str, typer.Option(help="comma list of presets with GQA or MLA layers (harness list presets)")]
+PageBackend = Annotated[str, typer.Option(help="comma list of torch,triton (triton needs --device cuda)")]
+PageSize = Annotated[str, typer.Option(help="tokens per CPU page: comma list of powers of two, 16..1024, a case each")]
+PageTokens = Annotated[str, typer.Option(help="tokens per PD page: comma list of powers of two, 16..1024, a case each")]
+Pages = Annotated[str, typer.Option(help="pages per timed transfer, or auto (about 64 MiB per call on CUDA)")]
+Tp = Annotated[str, typer.Option(help="comma list of TP degrees of the GPU pools (every rank simulated), a case each")]
+TpPairs = Annotated[str | None, typer.Option(
+    help="comma list of prefill:decode TP pairs, e.g. 1:2,8:1 (default: every pair of 1,2,4,8 the heads allow)")]
+Variant = Annotated[str, typer.Option(help="comma list of direct,staged (kernel on host memory | gather + bulk DMA)")]
+
+
+def _page_command(scenario: str, drop: tuple[str, ...]):
+    """Register `harness run <scenario>` for a KV page scenario (options it does not take are dropped)."""
+
+    def command(
+        preset: PagePreset = "tiny-gdn",
+        backend: PageBackend = "torch",
+        device: Device = "cpu",
+        page_size: PageSize = "256",
+        page_tokens: PageTokens = "256",
+        pages: Pages = "auto",
+        tp: Tp = "1",
+        tp_pairs: TpPairs = None,
+        variant: Variant = "direct,staged",
+        seed: Seed = 0,
+        autotune: AutotuneLevel = "cache-only",
+        autotune_cache: AutotuneCache = None,
+        out: Out = None,
+        as_json: JsonOut = False,
+    ) -> None:
+        options = {k: v for k, v in locals().items() if k not in ("out", "as_json", *drop)}
+        _run(scenario, options, out, as_json)
+
+    import inspect
+
+    from scenarios import SCENARIOS
+
+    command.__doc__ = SCENARIOS[scenario].help
+    sig = inspect.signature(command)
+    command.__signature__ = sig.replace(parameters=[p for name, p in sig.parameters.items() if name not in drop])
+    run_app.command(scenario)(command)
+
+
+_page_command("cpu-page-restore", drop=("page_tokens", "tp_pairs"))
+_page_command("pd-roundtrip", drop=("page_size", "tp", "variant"))
 
 
 # ---------------------------------------------------------------------------------------------- list

@@ -137,6 +137,8 @@ def run_scenario(
             check_requests=options.get("check_requests"),
             autotune_level=options.get("autotune") or "cache-only",
             autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
+            warmup=5 if options.get("warmup") is None else int(options["warmup"]),
+            rep=30 if options.get("rep") is None else int(options["rep"]),
         )
         rows = []
         for case in cases:
