@@ -189,6 +189,8 @@ def _page_command(scenario: str, drop: tuple[str, ...]):
         seed: Seed = 0,
         autotune: AutotuneLevel = "cache-only",
         autotune_cache: AutotuneCache = None,
+        warmup: Warmup = 5,
+        rep: Rep = 30,
         out: Out = None,
         as_json: JsonOut = False,
     ) -> None:

@@ -1,7 +1,8 @@
 """`harness gate`: every SPEC §5 contract at gate shapes, no timing; fails on any broken comparison.
 
 The gate cases are data (below): both families, fp32 and bf16 state, fixed and dynamic widths,
-several acceptance patterns, a long decode rollout for drift, on every backend that can run here.
+several acceptance patterns, a long decode rollout for drift, KV page transfers (CPU pages at every TP
+degree, PD pages at every TP pair, GQA and MLA), on every backend that can run here.
 They go through the same scenario code as `harness run` (with timing off), so the gate checks what
 the benchmarks run. The result is an ordinary run directory (`results/runs/<id>-gate/`) whose
 equivalence.md is the gate report; `--junit` also writes one test case per comparison.
@@ -45,6 +46,18 @@ def tiny_cases() -> list[tuple[str, dict[str, Any]]]:
         # drift over a long rollout (>= 1024 tokens per request), fp32 state
         cases.append(("decode", {"preset": preset, "state_dtype": "fp32", "batch": "1", "rounds": 1024,
                                  "snapshot_every": 256}))
+    cases += page_cases(TINY, page_size=16)
+    return cases
+
+
+def page_cases(presets: tuple[str, ...], page_size: int) -> list[tuple[str, dict[str, Any]]]:
+    """KV page transfers (contracts 4, 5): CPU pages at every TP degree with both variants, and PD pages at
+    every TP pair, with the hybrid state page where the preset has SSM layers."""
+    tps = "1,2,4,8"
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for preset in presets:
+        cases += [("cpu-page-restore", {"preset": preset, "page_size": str(page_size), "tp": tps}),
+                  ("pd-roundtrip", {"preset": preset, "page_tokens": str(page_size)})]
     return cases
 
 
@@ -62,7 +75,8 @@ def model_cases() -> list[tuple[str, dict[str, Any]]]:
                                  "snapshot_every": 4}),
                 ("checkpoint-restore", {**base, "batch": "4", "drafts": 3, "accept": "geometric:0.7", "rounds": 6}),
             ]
-    return cases
+    # every layer of the GQA (Llama-3-8B, Qwen3-Next: 2 KV heads, replicated at TP 4 and 8) and MLA presets
+    return cases + page_cases(("llama-3-8b", "qwen3-next", "deepseek-v3", "glm-5.3-flash-tp8"), page_size=64)
 
 
 def default_backends(device: str) -> list[str]:

@@ -9,6 +9,14 @@ Per (scenario, family), into `<scenario>-<family>-<metric>.png`:
   that varies), log-x;
 * `bandwidth`: achieved GB/s vs batch per mode, with the ceilings measured in the run as dashed lines.
 
+KV page scenarios (cpu-page-restore, pd-roundtrip) get one figure per (scenario, family) instead:
+
+* `page-bandwidth`: achieved GB/s (log) and % of the ceiling vs page chunk bytes (one layer of one
+  page, from the row's config), log-x, one line per preset, direction (variant), backend and TP pair
+  that varies; the measured ceilings dashed, the goals (90% of pinned memcpy, 80% of d2d) dashed, the
+  64 KiB chunk size of the goals dotted, so the small-page cliff shows. A sweep of one page size
+  over TP pairs (pd-roundtrip) puts the TP pair on the x axis instead.
+
 A line's label is its mode plus every other key column that varies inside the figure (backend,
 preset, drafts, dtypes, ...). A figure with no data to draw is skipped and the reason returned,
 never an exception.
@@ -16,18 +24,22 @@ never an exception.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
 from results.schema import KEY, Status
 from results.store import Run
 from results.tables import mode_label, mode_order
 
 METRICS = ("throughput", "memory", "speedup", "bandwidth")
+PAGE_SCENARIOS = ("cpu-page-restore", "pd-roundtrip")
+PAGE_METRICS = ("page-bandwidth",)
+GOAL_CHUNK_BYTES = 64 << 10
 _MODE_SPECIFIC = ["history_len", "history_dtype"]  # part of the mode's label (results.tables.mode_label)
 # Key columns that are neither the figure (scenario, family), the x axis, nor part of the mode label.
 _LABEL_COLUMNS = [c for c in KEY if c not in ("scenario", "family", "mode", "batch", *_MODE_SPECIFIC)]
@@ -43,7 +55,7 @@ def plot_run(run: Run, out_dir: str | Path | None = None) -> dict[str, Path | st
     results: dict[str, Path | str] = {}
     df = run.throughput
     for (scenario, family), _ in df.groupby(["scenario", "family"], sort=True):
-        for metric in METRICS:
+        for metric in PAGE_METRICS if scenario in PAGE_SCENARIOS else METRICS:
             name = f"{scenario}-{family}-{metric}.png"
             fig = make_figure(df, scenario, family, metric)
             if isinstance(fig, str):
@@ -56,8 +68,8 @@ def plot_run(run: Run, out_dir: str | Path | None = None) -> dict[str, Path | st
 
 def make_figure(df: pd.DataFrame, scenario: str, family: str, metric: str) -> Figure | str:
     """The `metric` figure for one (scenario, family) of a throughput frame, or why there is none."""
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if metric not in METRICS + PAGE_METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS + PAGE_METRICS)}")
     rows = df[(df["scenario"] == scenario) & (df["family"] == family)]
     if rows.empty:
         return f"no rows for {scenario}/{family}"
@@ -130,7 +142,65 @@ def _bandwidth(rows: pd.DataFrame, title: str) -> Figure | str:
     return _finish(fig, ax, log_x=True)
 
 
-_DRAW = {"throughput": _throughput, "memory": _memory, "speedup": _speedup, "bandwidth": _bandwidth}
+def _page_bandwidth(rows: pd.DataFrame, title: str) -> Figure | str:
+    rows = rows[(rows["status"] == Status.passed.value) & rows["achieved_gbps"].notna()]
+    chunk = rows["config"].map(lambda c: json.loads(c).get("chunk_bytes") if isinstance(c, str) and c else None)
+    rows = rows.assign(chunk_bytes=chunk).dropna(subset=["chunk_bytes"])
+    if rows.empty:
+        return "no timed page rows with chunk_bytes in their config"
+    pair = rows["tp_prefill"].astype(str) + " -> " + rows["tp_decode"].astype(str)
+    # One page size over many TP pairs (a pd-roundtrip sweep): the TP pair is the x axis instead.
+    by_pair = rows["chunk_bytes"].nunique() == 1 and pair.nunique() > 1
+    if by_pair:
+        pairs = sorted(pair.unique(), key=lambda v: tuple(int(t) for t in v.split(" -> ")))
+        rows = rows.assign(x=pair.map(pairs.index))
+        xlabel = f"TP pair prefill -> decode (page chunk {_kib(rows['chunk_bytes'].iloc[0], 0)})"
+        parts = ["preset", "direction", "backend"]
+    else:
+        rows = rows.assign(x=rows["chunk_bytes"])
+        xlabel = "page chunk bytes (one layer of one page; dotted: 64 KiB)"
+        parts = ["preset", "direction", "backend", "tp_prefill", "tp_decode"]
+    fig = Figure(figsize=(13, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    gbps_ax, pct_ax = fig.subplots(1, 2)
+    fig.suptitle(f"{title}: bandwidth vs {'TP pair' if by_pair else 'page chunk bytes'}")
+    varying = [c for c in parts if rows[c].nunique(dropna=False) > 1] or parts[:1]
+    for key, line in rows.groupby(varying, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        label = " ".join(f"tp {v}" if c.startswith("tp_") else str(v) for c, v in zip(varying, key))
+        line = line.sort_values("x")
+        gbps_ax.plot(line["x"], line["achieved_gbps"], marker="o", label=label)
+        if line["ceiling_pct"].notna().any():
+            vs = line["ceiling_name"].iloc[0]
+            pct_ax.plot(line["x"], line["ceiling_pct"], marker="o", label=f"{label} vs {vs}")
+    ceilings = rows.dropna(subset=["ceiling_name", "ceiling_gbps"]).groupby("ceiling_name")["ceiling_gbps"].max()
+    for name, gbps in ceilings.items():
+        gbps_ax.axhline(gbps, color="black", linestyle="--", linewidth=1)
+        gbps_ax.annotate(f"{name} {gbps:.0f} GB/s", (0.01, gbps), xycoords=("axes fraction", "data"), va="bottom",
+                         fontsize=8)
+    for goal in (90, 80):  # the issue's goals: host transfers >= 90% of pinned memcpy, device >= 80% of d2d
+        pct_ax.axhline(goal, color="grey", linestyle="--", linewidth=1)
+    gbps_ax.set_yscale("log")  # PCIe (tens of GB/s) and device (TB/s) rows share the panel
+    for ax, ylabel in ((gbps_ax, "GB/s (log)"), (pct_ax, "% of the ceiling measured in the run")):
+        if by_pair:
+            ax.set_xticks(range(len(pairs)), pairs, rotation=45, ha="right", fontsize=8)
+        else:
+            ax.axvline(GOAL_CHUNK_BYTES, color="grey", linestyle=":", linewidth=1)
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(_kib))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def _kib(value: float, _pos: int) -> str:
+    return f"{value / 2**20:g} MiB" if value >= 2**20 else f"{value / 2**10:g} KiB"
+
+
+_DRAW = {"throughput": _throughput, "memory": _memory, "speedup": _speedup, "bandwidth": _bandwidth,
+         "page-bandwidth": _page_bandwidth}
 
 
 def _timed(rows: pd.DataFrame, value: str) -> pd.DataFrame:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from scenarios.base import CaseResult, RunContext, Scenario
 from scenarios.checkpoint_restore import CheckpointRestore
+from scenarios.cpu_page_restore import CpuPageRestore
+from scenarios.pd_roundtrip import PdRoundtrip
 from scenarios.ssm_scenarios import Decode, MtpDynamic, MtpFixed
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (Decode(), MtpFixed(), MtpDynamic(), CheckpointRestore())}
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s for s in (Decode(), MtpFixed(), MtpDynamic(), CheckpointRestore(), CpuPageRestore(), PdRoundtrip())
+}
 
 
 def get_scenario(name: str) -> Scenario:
