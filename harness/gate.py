@@ -50,6 +50,23 @@ def tiny_cases() -> list[tuple[str, dict[str, Any]]]:
     return cases
 
 
+def interpreter_cases() -> list[tuple[str, dict[str, Any]]]:
+    """Short SSM cases that also run the Triton kernels when they can only run in the interpreter (CPU,
+    ~40x slower than torch): both families, fp32 and bf16 state, dynamic widths with idle rows, folds,
+    decode and a restore. The other tiny SSM cases then run on the torch backend only."""
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for preset in TINY:
+        for sd in ("fp32", "bf16"):
+            cases.append(("mtp-dynamic", {"preset": preset, "state_dtype": sd, "batch": "3", "drafts": 2,
+                                          "accept": "geometric:0.6", "rounds": 6, "history_len": 4,
+                                          "backend": "torch,triton"}))
+    cases.append(("decode", {"preset": "tiny-kda", "state_dtype": "fp32", "batch": "2", "rounds": 10,
+                             "history_len": 4, "backend": "torch,triton"}))
+    cases.append(("checkpoint-restore", {"preset": "tiny-gdn", "state_dtype": "fp32", "batch": "2", "drafts": 1,
+                                         "rounds": 5, "history_len": 4, "backend": "torch,triton"}))
+    return cases
+
+
 def page_cases(presets: tuple[str, ...], page_size: int) -> list[tuple[str, dict[str, Any]]]:
     """KV page transfers (contracts 4, 5): CPU pages at every TP degree with both variants, and PD pages at
     every TP pair, with the hybrid state page where the preset has SSM layers."""
@@ -111,11 +128,15 @@ def run_gate(
     if shapes == "model" and not device.startswith("cuda"):
         raise ValueError("--shapes model runs real preset shapes and needs --device cuda")
     chosen = backends or ",".join(default_backends(device))
+    if cases is None and shapes == "tiny" and backends is None and device == "cpu" and "triton" in chosen:
+        # the interpreter: every tiny SSM case on torch, a short subset on triton too
+        ssm = {"decode", "mtp-fixed", "mtp-dynamic", "checkpoint-restore"}
+        cases = [(n, {**o, "backend": "torch"}) if n in ssm else (n, o) for n, o in tiny_cases()] + interpreter_cases()
     cases = cases if cases is not None else (tiny_cases() if shapes == "tiny" else model_cases())
     planned = []
     for name, options in cases:  # plan everything first: a bad gate case fails before any work
         scenario = get_scenario(name)
-        for case in scenario.plan({**options, "device": device, "backend": chosen}):
+        for case in scenario.plan({"backend": chosen, **options, "device": device}):
             planned.append((scenario, case))
     ceilings = env.measure_ceilings(device, cpu_bytes=16 << 20) if device == "cpu" else env.measure_ceilings(device)
     writer = RunWriter(out_root or DEFAULT_OUT, manifest=env.manifest(argv or ["harness", "gate"], 0, device, ceilings),

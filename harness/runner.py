@@ -124,6 +124,10 @@ def run_scenario(
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options."""
     scenario = get_scenario(name)
     cases = scenario.plan(options)
+    if options.get("rep") is not None and int(options["rep"]) < 2:
+        raise ValueError(f"--rep must be >= 2 (the noise column needs two samples), got {options['rep']}")
+    if options.get("warmup") is not None and int(options["warmup"]) < 0:
+        raise ValueError(f"--warmup must be >= 0, got {options['warmup']}")
     if autotune.Level(options.get("autotune") or "cache-only") not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
     device = options.get("device") or "cpu"

@@ -404,7 +404,7 @@ class SSMState:
             v_raw=v_raw,
             g=lg,
             decay=decay_from_log_gate(lg),
-            beta=torch.sigmoid(b.float()),
+            beta=torch.sigmoid(b.double()).float(),  # fp64 then one rounding: shape-independent bits
         )
         return prepared, valid
 

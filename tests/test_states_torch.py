@@ -192,3 +192,29 @@ def test_round_validation_changes_nothing():
     assert torch.equal(st.conv_offset, before["conv_offset"])
     st.accept([2, -1])
     assert st.conv_offset[slots].tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("preset", ["tiny-gdn", "tiny-kda"])
+def test_token_prep_bits_do_not_depend_on_the_batch_size(preset):
+    """Gates, beta and conv outputs of a request are the same bits in a batch of 7 as alone in a batch
+    of 3 (odd sizes put elements in the vector loops' scalar tails): a restored request must replay bit
+    for bit in a smaller batch."""
+    from kernels.conv.naive import causal_conv
+    from kernels.gdn.naive import gdn_gate
+    from kernels.kda.naive import kda_gate
+
+    geom = get_preset(preset).ssm
+    gen = torch.Generator().manual_seed(5)
+    params = make_params(geom, torch.bfloat16, gen)
+    x = make_token_inputs(geom, 7 * 3, torch.bfloat16, gen)
+    a = x.a.reshape(7, 3, *x.a.shape[1:])
+    gate = (lambda t: gdn_gate(t, params.A_log[0], params.dt_bias[0])) if geom.family == "gdn" else (
+        lambda t: kda_gate(t, params.A_log[0], params.dt_bias[0], geom.lower_bound))
+    assert torch.equal(gate(a)[:3], gate(a[:3]))
+    b = x.b.reshape(7, 3, -1)
+    assert torch.equal(torch.sigmoid(b.double()).float()[:3], torch.sigmoid(b[:3].double()).float())
+    window = torch.randn(7, geom.conv_dim, geom.conv_kernel - 1, generator=gen).to(torch.bfloat16)
+    mixed = x.mixed_qkv.reshape(7, 3, -1)
+    full, _ = causal_conv(window, mixed, params.conv_weight[0])
+    part, _ = causal_conv(window[:3], mixed[:3], params.conv_weight[0])
+    assert torch.equal(full[:3], part)

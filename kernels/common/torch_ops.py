@@ -7,8 +7,11 @@ on every torch device:
 
 * reductions are written as a fixed left-to-right loop of elementwise ops (`seq_sum`), so each
   output element sees the same IEEE operations whatever the surrounding shape or vector width;
-* transcendentals that one path computes and another recomputes (`exp` of a stored log gate) go
-  through float64 and round once to float32, so SIMD and scalar code paths cannot disagree.
+* transcendentals (`exp`, `log1p`, `sigmoid`, SiLU) are evaluated in float64 and rounded once: in
+  float32, torch's vectorized and scalar loops can disagree in the last bit, and which loop an
+  element lands in depends on the tensor's size, so a restored request decoding in a batch of 2
+  would not reproduce its own bits from a batch of 4. (fp64 results rounded to fp32 agree except in
+  ties about 2^-29 apart, never seen.)
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ def causal_conv(
     acc = w[None, :, 0:1] * full[:, :, 0:n_tok].float()
     for i in range(1, kernel):
         acc = acc + w[None, :, i : i + 1] * full[:, :, i : i + n_tok].float()
-    y = F.silu(acc).to(x.dtype).transpose(1, 2).contiguous()
+    # SiLU in fp64, rounded once to the activation dtype: shape-independent bits (kernels/common/torch_ops.py)
+    y = F.silu(acc.double()).to(x.dtype).transpose(1, 2).contiguous()
     return y, full
 
 

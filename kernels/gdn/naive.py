@@ -22,7 +22,9 @@ def gdn_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> tor
     Returns:
         `[..., HV]` float32, `<= 0`.
     """
-    return -torch.exp(A_log.float()) * softplus(a.float() + dt_bias.float())
+    # fp64 then one rounding: the SIMD and scalar paths of exp/log1p may differ in fp32, and the result
+    # must not depend on how many rows a call happens to hold (see kernels/common/torch_ops.py)
+    return (-torch.exp(A_log.double()) * softplus(a.double() + dt_bias.double())).float()
 
 
 def gdn_step(

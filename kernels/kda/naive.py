@@ -24,8 +24,9 @@ def kda_gate(a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor, lower_
         `[..., HV, K]` float32 in `(lower_bound, 0)`.
     """
     HV, K = a.shape[-2:]
-    x = torch.exp(A_log.float())[:, None] * (a.float() + dt_bias.float().reshape(HV, K))
-    return lower_bound * torch.sigmoid(x)
+    # fp64 then one rounding, so the bits do not depend on the call's shape (see kernels/common/torch_ops.py)
+    x = torch.exp(A_log.double())[:, None] * (a.double() + dt_bias.double().reshape(HV, K))
+    return (lower_bound * torch.sigmoid(x)).float()
 
 
 def kda_step(
