@@ -47,10 +47,13 @@ def run_autotune(
         raise ValueError(f"no {target} sweeps for these options")
     cache_path = Path(options.get("autotune_cache") or DEFAULT_CACHE)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    cache = autotune.AutotuneCache(cache_path, classes={c for job in jobs for c in job.classes})
+    classes = {job.kernel: autotune.ConfigClass(job.kernel, job.members) for job in jobs if job.members}
+    cache = autotune.AutotuneCache(cache_path, classes=set(classes.values()))
+
+    warmup, rep = int(options.get("warmup", 3)), int(options.get("rep", 20))
 
     def timer(fn: Callable[[], Any]) -> float:
-        return timing.bench(fn, device=device, warmup=3, rep=20).median_us
+        return timing.bench(fn, device=device, warmup=warmup, rep=rep).median_us
 
     writer = RunWriter(out_root, manifest=env.manifest(argv, 0, device, {}), tag=f"autotune-{target}")
     choices = []
@@ -63,10 +66,10 @@ def run_autotune(
                 writer.add_oom(record.to_dict())
 
         for job in jobs:
-            name = job.kernel if isinstance(job.kernel, str) else job.kernel.name
+            name = job.kernel
             try:
                 choice = autotune.tune(
-                    job.kernel, job.static_key, job.batch, job.candidates, build=job.build, run=job.run,
+                    classes.get(job.kernel, job.kernel), job.static_key, job.batch, job.candidates, build=job.build, run=job.run,
                     check=job.check, cache=cache, level=level, timer=timer, default=job.default, sink=sink,
                 )
                 choices.append({"kernel": name, "batch": job.batch, "config": choice.config, "source": choice.source,

@@ -62,13 +62,14 @@ class RunContext:
 class TuneJob:
     """One autotune sweep a scenario module offers to `harness autotune` (SPEC §8).
 
-    The fields are the arguments of `harness.autotune.tune`: `kernel` is a kernel name or a config
-    class (several kernels that must share one config, each member with its own run closure in
-    `run`); `build(bucket)` makes DISPOSABLE inputs at a batch bucket (never a run's state);
-    `check(config, inputs) -> (ok, detail)` compares a candidate's results with the reference.
+    The fields are the arguments of `harness.autotune.tune`. `kernel` is a kernel name, or the name of
+    a config class when `members` lists the kernels that must share one config (then `run` maps each
+    member to its run closure, and the class is tuned on the sum of their times); `build(bucket)`
+    makes DISPOSABLE inputs at a batch bucket (never a run's state); `check(config, inputs) -> (ok,
+    detail)` compares a candidate's results with the reference.
     """
 
-    kernel: Any
+    kernel: str
     static_key: dict[str, Any]
     batch: int
     candidates: list[dict[str, Any]]
@@ -76,7 +77,7 @@ class TuneJob:
     build: Callable[[int], Any]
     run: Any
     check: Callable[[dict[str, Any], Any], tuple[bool, str]]
-    classes: tuple[Any, ...] = ()  # config classes to register in the cache
+    members: tuple[str, ...] = ()
 
 
 @dataclass

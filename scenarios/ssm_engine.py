@@ -145,6 +145,7 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     """One variant over the whole rollout on its own pool; returns its measured bytes per request."""
     g, n = wl.geom, wl.batch
     st = make_state(g, wl.params, case.config(v[0], v[1], ctx.device, n + SPARE_SLOTS))
+    _use_tuned_configs(st, ctx, n)
     all_slots = st.alloc(n + SPARE_SLOTS)
     slots, spare = all_slots[:n], all_slots[n:]
     st.load(slots, wl.init_ssm, wl.init_conv)
@@ -371,6 +372,17 @@ class _Reference:
         return torch.cat(outs)
 
 
+def _use_tuned_configs(st: SSMState, ctx: RunContext, batch: int) -> tuple[str, str]:
+    """Give a triton pool the autotuned configs of its case (nearest batch bucket) and say which."""
+    if st.cfg.backend != "triton":
+        return "", "fixed"  # the torch backend has no launch configs
+    from scenarios.ssm_tuning import config_json, lookup_configs
+
+    configs, source = lookup_configs(ctx, st.geom, st.cfg, batch, dict(st.kernel_configs))
+    st.set_kernel_configs(configs)
+    return config_json(configs), source
+
+
 # ------------------------------------------------------------------------------------------- fla
 def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> tuple[dict, dict | None]:
     """The field's reference kernel beside ours: fla-core's fused_recurrent on the same round.
@@ -393,6 +405,7 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
     try:
         with ctx.oom_guard() as guard:
             st = make_state(g, wl.params, case.config("native", "triton", ctx.device, n))
+            row["config"], row["config_source"] = _use_tuned_configs(st, ctx, n)
             slots = st.alloc(n)
             st.load(slots, wl.init_ssm, wl.init_conv)
             widths, accepted = wl.widths(0), wl.accepted(0)
@@ -456,6 +469,8 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     with ctx.oom_guard() as guard:
         cfg = case.config(v[0], v[1], ctx.device, n)
         st = make_state(g, wl.params, cfg)
+        config, source = _use_tuned_configs(st, ctx, n)
+        fields.update(config=config, config_source=source)
         slots = st.alloc(n)
         st.load(slots, wl.init_ssm, wl.init_conv)
         widths, accepted = wl.widths(0), wl.accepted(0)
