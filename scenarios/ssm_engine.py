@@ -394,7 +394,10 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
     """
     v = ("native", "fla")
     row = base_row(case, v, wl, ctx)
-    row["reason"] = "baseline: fla fused_recurrent (final state only, outputs in the activation dtype)"
+    # fla's GDN kernel takes no pool indices, so the round gathers the accepted states into its
+    # initial_state and scatters the final states back, as a server calling it has to
+    row["reason"] = ("baseline: our conv + fla fused_recurrent with the accepted states gathered in and the "
+                     "final states scattered back (fla keeps no per-token snapshots; outputs in the activation dtype)")
     try:
         from kernels.ssm.fla_baseline import FlaUnavailableError, fla_fused_recurrent
         import kernels.ssm.conv  # noqa: F401  (the triton conv the round uses)
