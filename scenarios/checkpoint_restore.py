@@ -24,7 +24,7 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import CaseResult, RunContext
-from scenarios.ssm_engine import STATE_DIMS, SSMCase, base_row, label
+from scenarios.ssm_engine import STATE_DIMS, SSMCase, base_row, label, timing_fields
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_scenarios import workload_for
 from states import MODES, SSMState, make_state
@@ -198,11 +198,4 @@ def _time_transfer(pool: SSMState, slots: torch.Tensor, direction: str, ctx: Run
     else:
         timing = ctx.bench(lambda: pool.load(slots, ssm, conv))
     moved = 2 * (ssm.numel() * ssm.element_size() + conv.numel() * conv.element_size())
-    fields = dict(timer=timing.timer, samples=timing.n_samples, median_us=timing.median_us, p20_us=timing.p20_us,
-                  p80_us=timing.p80_us, noise_pct=timing.noise_pct, bytes_moved=moved,
-                  achieved_gbps=moved / (timing.median_us * 1e-6) / 1e9)
-    name = "d2d-copy" if "d2d-copy" in ctx.ceilings else "cpu-memcpy"
-    ceiling = ctx.ceilings.get(name, {}).get("gbps")
-    if ceiling:
-        fields.update(ceiling_name=name, ceiling_gbps=ceiling, ceiling_pct=100 * fields["achieved_gbps"] / ceiling)
-    return fields
+    return timing_fields(timing, None, moved, ctx)

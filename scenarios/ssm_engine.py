@@ -445,7 +445,7 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
                 tokens = float((accepted.long() + 1).clamp_min(0).sum())
                 moved = cost.native_round_bytes(g, case.config("native", "triton", ctx.device, n), widths,
                                                 torch.zeros_like(widths)) - _fla_snapshot_credit(g, case, widths)
-                row.update(_timing_fields(timing, tokens, moved, ctx))
+                row.update(timing_fields(timing, tokens, moved, ctx))
     except FlaUnavailableError as e:
         row.update(status="unsupported", reason=str(e))
         return row, None
@@ -489,17 +489,20 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     if guard.record is not None:
         return {}, guard.record
     tokens = float((accepted.long() + 1).clamp_min(0).sum())
-    fields.update(_timing_fields(timing, tokens, _round_bytes(case, v, g, cfg, widths, accepted), ctx))
+    fields.update(timing_fields(timing, tokens, _round_bytes(case, v, g, cfg, widths, accepted), ctx))
     return fields, None
 
 
-def _timing_fields(timing, tokens: float, round_bytes: float, ctx: RunContext) -> dict[str, Any]:
-    """Row columns of a timed round: the timing, tokens/s, bytes and % of the run's d2d ceiling."""
+def timing_fields(timing, tokens: float | None, round_bytes: float, ctx: RunContext) -> dict[str, Any]:
+    """Row columns of a timed call: the timing, tokens/s (when tokens is given), bytes, GB/s and % of the
+    run's device-to-device ceiling (the CPU memcpy ceiling on a CPU run)."""
     fields = dict(
         timer=timing.timer, samples=timing.n_samples, median_us=timing.median_us, p20_us=timing.p20_us,
-        p80_us=timing.p80_us, noise_pct=timing.noise_pct, tokens_per_s=tokens / (timing.median_us * 1e-6),
+        p80_us=timing.p80_us, noise_pct=timing.noise_pct,
         bytes_moved=round_bytes, achieved_gbps=round_bytes / (timing.median_us * 1e-6) / 1e9,
     )
+    if tokens is not None:
+        fields["tokens_per_s"] = tokens / (timing.median_us * 1e-6)
     name = "d2d-copy" if "d2d-copy" in ctx.ceilings else "cpu-memcpy"
     ceiling = ctx.ceilings.get(name, {}).get("gbps")
     if ceiling:
