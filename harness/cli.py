@@ -268,6 +268,8 @@ def autotune_cmd(
     device: Device = "cpu",
     drafts: Drafts = None,
     state_dtype: StateDtype = "fp32",
+    page_size: Annotated[str | None, typer.Option(help="pages: comma list of page sizes in tokens (default 256)")] = None,
+    tp: Annotated[str | None, typer.Option(help="pages: TP degree whose rank-0 shape is tuned (default 1)")] = None,
     level: Annotated[str, typer.Option(help="tune-missing | force | cache-only | off")] = "tune-missing",
     autotune_cache: AutotuneCache = None,
     out: Out = None,

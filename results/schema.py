@@ -55,7 +55,8 @@ COLUMNS: list[Column] = [
     Column("tp_prefill", "int", "axis", "prefill-side tensor-parallel degree (pd-roundtrip)"),
     Column("tp_decode", "int", "axis", "decode-side tensor-parallel degree (pd-roundtrip)"),
     Column("page_size", "int", "axis", "tokens per CPU / PD page"),
-    Column("direction", "str", "axis", "transfer direction: h2d | d2h | export | import | roundtrip"),
+    Column("direction", "str", "axis", "transfer and variant: d2h | h2d (direct), d2h-staged | h2d-staged, gather | scatter "
+           "(staging page on the device), export | import (PD pages, SSM snapshots)"),
     # kernel config
     Column("config", "str", "config", "kernel config as JSON (block sizes, warps, stages)"),
     Column("config_source", "str", "config", "where the config came from: autotuned | cached | default | fixed"),
