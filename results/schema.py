@@ -40,7 +40,7 @@ COLUMNS: list[Column] = [
     Column("family", "str", "identity", "gdn | kda | gqa | mla"),
     Column("mode", "str", "identity", "native | compact | replay (empty for KV page rows)"),
     Column("backend", "str", "identity", "triton | torch | fla"),
-    Column("preset", "str", "identity", "model geometry preset (harness/presets.py)"),
+    Column("preset", "str", "identity", "model geometry preset (states/presets.py)"),
     Column("device", "str", "identity", "torch device the case ran on (cpu, cuda:0)"),
     # shape axes
     Column("batch", "int", "axis", "requests in the batch"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.presets import get_preset
+from states.presets import get_preset
 from kernels.pages import slot_table
 from states.cpu_pages import CPUPagePool
 from states.geometry import AttnGeometry
