@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.pages import check_page_size
 from states.geometry import AttnGeometry
-from states.kv_pool import KV_DTYPES, KVPool, PageTraffic, copy_group, group_traffic, kv_parts, page_rows
+from states.kv_pool import KVPool, PageTraffic, check_page_pool, copy_group, group_traffic, kv_parts, page_rows
 
 DEFAULT_PAGE_SIZE = 256
 
@@ -41,11 +40,7 @@ class CPUPagePool:
         page_size: int = DEFAULT_PAGE_SIZE,
         dtype: torch.dtype = torch.bfloat16,
     ) -> None:
-        check_page_size(page_size)
-        if dtype not in KV_DTYPES:
-            raise ValueError(f"KV dtype must be one of {KV_DTYPES}, got {dtype}")
-        if num_pages < 1:
-            raise ValueError(f"a page pool needs at least one page, got {num_pages}")
+        check_page_pool(page_size, num_pages, dtype)
         self.geometry = geometry
         self.page_size = page_size
         self.pinned = torch.cuda.is_available()

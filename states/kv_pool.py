@@ -15,11 +15,24 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.pages import check_page_copy, page_copy, slot_table
+from kernels.pages import check_page_copy, check_page_size, page_copy, slot_table
 from states.geometry import AttnGeometry
 
 # fp8 variants would add their dtypes here: the page kernels copy bits of any element size.
 KV_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def check_page_pool(page_size: int, num_pages: int, dtype: torch.dtype) -> None:
+    """The checks every page pool (CPU or PD) makes before allocating anything."""
+    check_page_size(page_size)
+    check_kv_dtype(dtype)
+    if num_pages < 1:
+        raise ValueError(f"a page pool needs at least one page, got {num_pages}")
+
+
+def check_kv_dtype(dtype: torch.dtype) -> None:
+    if dtype not in KV_DTYPES:
+        raise ValueError(f"KV dtype must be one of {KV_DTYPES}, got {dtype}")
 
 
 def kv_parts(geometry: AttnGeometry) -> int:
@@ -85,8 +98,7 @@ class KVPool:
         device: torch.device | str = "cpu",
     ) -> KVPool:
         """An uninitialised pool of `tokens` slots (plus the padding slot) for rank `rank` of TP `tp`."""
-        if dtype not in KV_DTYPES:
-            raise ValueError(f"KV dtype must be one of {KV_DTYPES}, got {dtype}")
+        check_kv_dtype(dtype)
         if tokens < 1:
             raise ValueError(f"a pool needs at least one token slot, got {tokens}")
         shard = head_shard(geometry, tp, rank)

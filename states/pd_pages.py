@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.pages import check_page_size
 from states.geometry import AttnGeometry
-from states.kv_pool import KV_DTYPES, KVPool, PageTraffic, copy_group, group_traffic, kv_parts, page_rows
+from states.kv_pool import KVPool, PageTraffic, check_page_pool, copy_group, group_traffic, kv_parts, page_rows
 
 DEFAULT_PAGE_TOKENS = 1024
 
@@ -38,11 +37,7 @@ class PDPagePool:
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
     ) -> None:
-        check_page_size(page_tokens)
-        if dtype not in KV_DTYPES:
-            raise ValueError(f"KV dtype must be one of {KV_DTYPES}, got {dtype}")
-        if num_pages < 1:
-            raise ValueError(f"a page pool needs at least one page, got {num_pages}")
+        check_page_pool(page_tokens, num_pages, dtype)
         self.geometry = geometry
         self.page_tokens = page_tokens
         shape = (num_pages, page_tokens, geometry.layers, kv_parts(geometry) * geometry.kv_heads, geometry.head_dim)
