@@ -72,6 +72,12 @@ Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout
 Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 1 + S (default 3)")]
 Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
 HistoryLen = Annotated[int, typer.Option(help="replay history Lh (power of two, >= 4, >= W)")]
+CompactCommit = Annotated[str | None, typer.Option(
+    help="comma list of compact variants (default both): accept (commit replays the accepted records in one launch at accept) | "
+         "deferred (the next forward of each layer applies them from the tile it loads anyway)")]
+ReplayForward = Annotated[str | None, typer.Option(
+    help="comma list of replay forward variants (default inline): inline (token by token) | precompute (the round's projections "
+         "as matrix products on tensor cores; compared by tolerance only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
 Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
@@ -122,8 +128,10 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         rounds: Rounds = None,
         drafts: Drafts = None,
         accept: Accept = None,
-        history_len: HistoryLen = 8,
+        history_len: HistoryLen = 16,
         history_dtype: HistoryDtype = "fp32",
+        compact_commit: CompactCommit = None,
+        replay_forward: ReplayForward = None,
         trace: Trace = None,
         dump: Dump = None,
         check_requests: CheckRequests = 4,

@@ -25,7 +25,7 @@ from results.store import Run, load_run
 from results.tables import MODE_AXES, _fmt_bytes, _fmt_num, _fmt_si, _fmt_us, mode_label, mode_order
 
 # The modes of one case share every key column except these.
-CASE = [c for c in KEY if c not in ("mode", *MODE_AXES)]
+CASE = [c for c in KEY if c not in ("mode", "variant", *MODE_AXES)]
 METRICS = [
     "status", "median_us", "p20_us", "p80_us", "speedup", "tokens_per_s", "achieved_gbps", "ceiling_pct",
     "bytes_per_request_predicted", "bytes_per_request_measured",

@@ -40,7 +40,7 @@ METRICS = ("throughput", "memory", "speedup", "bandwidth")
 PAGE_SCENARIOS = ("cpu-page-restore", "pd-roundtrip")
 PAGE_METRICS = ("page-bandwidth",)
 GOAL_CHUNK_BYTES = 64 << 10
-_MODE_SPECIFIC = ["history_len", "history_dtype"]  # part of the mode's label (results.tables.mode_label)
+_MODE_SPECIFIC = ["variant", "history_len", "history_dtype"]  # part of the mode's label (results.tables.mode_label)
 # Key columns that are neither the figure (scenario, family), the x axis, nor part of the mode label.
 _LABEL_COLUMNS = [c for c in KEY if c not in ("scenario", "family", "mode", "batch", *_MODE_SPECIFIC)]
 # One colour per mode in every figure; variants of a mode differ by line style.

@@ -39,6 +39,8 @@ COLUMNS: list[Column] = [
            "decode | mtp-fixed | mtp-dynamic | checkpoint-restore | cpu-page-restore | pd-roundtrip"),
     Column("family", "str", "identity", "gdn | kda | gqa | mla"),
     Column("mode", "str", "identity", "native | compact | replay (empty for KV page rows)"),
+    Column("variant", "str", "identity",
+           "the mode's variant: compact accept | deferred, replay inline | precompute (empty for native and pages)"),
     Column("backend", "str", "identity", "triton | torch | fla"),
     Column("preset", "str", "identity", "model geometry preset (states/presets.py)"),
     Column("device", "str", "identity", "torch device the case ran on (cpu, cuda:0)"),

@@ -214,6 +214,8 @@ def render_rich(run: Run, console: Console | None = None) -> None:
 def mode_label(row) -> str:
     """A row's mode with its replay-only axes, e.g. `replay (Lh 8, bf16 history)`; `-` for no mode."""
     mode = "-" if is_blank(row.mode) else str(row.mode)
+    if not is_blank(getattr(row, "variant", None)):
+        mode = f"{mode}-{row.variant}"
     extra = [fmt.format(getattr(row, axis)) for axis, fmt in MODE_AXES.items() if not is_blank(getattr(row, axis))]
     return f"{mode} ({', '.join(extra)})" if extra else mode
 

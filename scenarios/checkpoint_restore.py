@@ -24,7 +24,7 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import CaseResult, RunContext
-from scenarios.ssm_engine import STATE_DIMS, SSMCase, base_row, label, timing_fields
+from scenarios.ssm_engine import STATE_DIMS, SSMCase, Variant, base_row, label, timing_fields, variant_option
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_scenarios import workload_for
 from states import MODES, SSMState, make_state
@@ -59,17 +59,19 @@ class CheckpointRestore:
         g, n = wl.geom, wl.batch
         p = max(1, n // 2)  # the restored requests are the first p rows (a packed prefix of every round)
         r0 = _snapshot_round(case)
+        # every (mode, variant) of this backend; "modes" below are these variants
+        variants = [Variant(m, var, backend) for m in case.modes for var in case.variants_of(m)]
         modes, status, pools, slots = [], {}, {}, {}
-        for m in case.modes:
+        for m in variants:
             try:
-                MODES[m]._validate_config(g, case.config(m, backend, ctx.device, 1))
+                MODES[m.mode]._validate_config(g, m.config(case, ctx.device, 1))
             except ValueError as e:
                 status[m] = ("unsupported", str(e))
                 continue
             modes.append(m)
         for m in modes:
             # room for the live batch plus one restored copy of the first p requests per source mode
-            pools[m] = make_state(g, wl.params, case.config(m, backend, ctx.device, n + p * len(modes)))
+            pools[m] = make_state(g, wl.params, m.config(case, ctx.device, n + p * len(modes)))
             slots[m] = pools[m].alloc(n)
             pools[m].load(slots[m], wl.init_ssm, wl.init_conv)
 
@@ -79,13 +81,13 @@ class CheckpointRestore:
             made.append(c)
             ctx.record(c)
 
-        outs: dict[str, list[list[torch.Tensor]]] = {m: [] for m in modes}  # [round - r0][layer] -> [cu[p], HV, V]
-        snaps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        outs: dict[Variant, list[list[torch.Tensor]]] = {m: [] for m in modes}  # [round - r0][layer] -> [cu[p], HV, V]
+        snaps: dict[Variant, tuple[torch.Tensor, torch.Tensor]] = {}
         tick = ctx.progress(f"{case.scenario} {case.preset} batch {n}/{backend}: rollout", wl.rounds)
         for r in range(wl.rounds):
             if r == r0:
                 for m in modes:
-                    snaps[m] = _through_host(pools[m].snapshot(slots[m][:p]), m, backend, case, ctx, record)
+                    snaps[m] = _through_host(pools[m].snapshot(slots[m][:p]), m, case, ctx, record)
             widths, accepted = wl.widths(r), wl.accepted(r)
             keep = int(widths[:p].long().sum())
             for m in modes:
@@ -103,14 +105,14 @@ class CheckpointRestore:
                 pools[b].load(fresh, *snaps[a])
                 replayed = _replay(pools[b], fresh, wl, r0, p)
                 # a bf16 replay checkpoint materialized at r0 rounds once more than the uninterrupted pool
-                exact = _bitwise(snaps[a], snaps[b]) and not (b == "replay" and case.state_dtype != torch.float32)
+                exact = _bitwise(snaps[a], snaps[b]) and not (b.mode == "replay" and case.state_dtype != torch.float32)
                 kw = {"policy": "bitwise"} if exact else {"policy": "rms", "tolerance": tolerances.backend_rms(case.state_dtype)}
                 # A restored replay pool starts from the materialized checkpoint with no history, the
                 # uninterrupted one from its old checkpoint plus pending history: outputs are the same
                 # sums associated differently (contract 2's bound); its states still fold bit for bit.
-                out_kw = kw if b != "replay" else {
+                out_kw = kw if b.mode != "replay" else {
                     "policy": "rms", "tolerance": tolerances.replay_output_rms(case.state_dtype, case.history_dtype)}
-                who, whom = f"{label((b, backend))} restored from {a}", label((b, backend))
+                who, whom = f"{label(b)} restored from {label(a).split('/')[0]}", label(b)
                 ro = ctx.rollout()
                 for i, per_layer in enumerate(replayed):
                     for layer, o in enumerate(per_layer):
@@ -126,17 +128,18 @@ class CheckpointRestore:
                                        dims=CONV_DIMS, scenario=case.scenario))
                 pools[b].free(fresh)
 
-        for m in case.modes:
+        for m in variants:
             if m in status:
                 continue
-            bad = [c for c in made if c.lhs.startswith(label((m, backend))) and not c.passed]
+            bad = [c for c in made if c.lhs.split(" ")[0] == label(m) and not c.passed]
             status[m] = ("mismatch", f"{len(bad)} comparison(s) failed, first: {bad[0].name} vs {bad[0].rhs}") if bad \
                 else ("passed", "")
-        for m in case.modes:
+        for m in variants:
             for direction in ("export", "import"):
-                row = base_row(case, (m, backend), wl, ctx)
+                row = base_row(case, m, wl, ctx)
                 row.update(direction=direction, batch=p, status=status[m][0], reason=status[m][1])
-                row["repro"] = ctx.repro({**case.options, "modes": m, "backend": backend, "batch": str(n)})
+                row["repro"] = ctx.repro({**case.options, "modes": m.mode, "backend": backend, "batch": str(n),
+                                          **variant_option(m)})
                 if status[m][0] == "passed" and ctx.time_cases:
                     row.update(_time_transfer(pools[m], slots[m][:p], direction, ctx))
                 result.rows.append(row)
@@ -149,7 +152,7 @@ def _snapshot_round(case: SSMCase) -> int:
     return r0 + 1 if r0 % case.history_len == 0 and r0 + 1 < case.rounds else r0
 
 
-def _through_host(snap: tuple[torch.Tensor, torch.Tensor], mode: str, backend: str, case: SSMCase,
+def _through_host(snap: tuple[torch.Tensor, torch.Tensor], v: Variant, case: SSMCase,
                   ctx: RunContext, record) -> tuple[torch.Tensor, torch.Tensor]:
     """Move a snapshot to host memory (pinned on CUDA) and back; record that the bytes survived."""
     back = []
@@ -159,8 +162,8 @@ def _through_host(snap: tuple[torch.Tensor, torch.Tensor], mode: str, backend: s
         if t.is_cuda:
             torch.cuda.synchronize()
         again = host.to(t.device)
-        record(ctx.compare(again, t, name=f"checkpoint {name}", lhs=f"{label((mode, backend))} via host",
-                               rhs=label((mode, backend)), contract="4", policy="bitwise",
+        record(ctx.compare(again, t, name=f"checkpoint {name}", lhs=f"{label(v)} via host",
+                               rhs=label(v), contract="4", policy="bitwise",
                                dims=STATE_DIMS if name == "ssm" else CONV_DIMS, scenario=case.scenario))
         back.append(again)
     return back[0], back[1]

@@ -70,27 +70,34 @@ def native_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, a
 
 
 def compact_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
-    """Compact: verify reads the state and writes `w` records; commit reads the state and the
-    `accepted + 1` kept records and writes the state once."""
+    """Compact, by variant. `accept`: verify reads the state and writes `w` records; commit reads the
+    state and the `accepted + 1` kept records and writes the state once (3 state passes). `deferred`
+    (steady state, the previous round accepted as many as this one): verify reads the state and the
+    pending round's `accepted + 1` records, writes the state once and the `w` new records (2 passes)."""
     tb, w, a = TokenBytes.of(g, cfg), widths.long().cpu(), accepted.long().cpu()
     active = (w > 0).long()
-    verify = (active * tb.state + w * tb.record).sum()
-    commit = (active * 2 * tb.state + (a + 1).clamp_min(0) * tb.record).sum()
-    return _common(tb, g, w) + float(verify + commit) * g.layers
+    kept = (a + 1).clamp_min(0) * tb.record
+    if cfg.mode_variant == "deferred":
+        per_layer = (active * 2 * tb.state + kept + w * tb.record).sum()
+    else:
+        verify = active * tb.state + w * tb.record
+        commit = active * 2 * tb.state + kept
+        per_layer = (verify + commit).sum()
+    return _common(tb, g, w) + float(per_layer) * g.layers
 
 
 def replay_round_bytes(
     g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor, counts: torch.Tensor
 ) -> float:
     """Replay: forward reads the checkpoint and the `count` derived history records since it, and
-    writes `w` derived + raw records; a request whose history would overflow first folds (reads the
-    checkpoint and its `count` raw records plus log gates, writes the checkpoint). `counts` are the
-    accepted records before the round's fold decision."""
+    writes `w` derived + raw records; a request whose history would overflow first folds inside the
+    same forward, from the checkpoint it read anyway: it reads its `count` raw records plus log gates
+    and writes the checkpoint once. `counts` are the accepted records before the round's fold decision."""
     tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
     c = counts.long().cpu()
     fold = (c + w > cfg.history_len) & (w > 0)
     gate = g.value_heads * g.gate_width * 4
-    fold_bytes = (fold * (2 * tb.state + c * (tb.raw + gate))).sum()
+    fold_bytes = (fold * (tb.state + c * (tb.raw + gate))).sum()
     c_after = torch.where(fold, 0, c)
     forward = ((w > 0) * (tb.state + c_after * tb.derived) + w * (tb.derived + tb.raw)).sum()
     return _common(tb, g, w) + float(fold_bytes + forward) * g.layers

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -31,7 +31,7 @@ from scenarios import cost, tolerances
 from scenarios.base import CaseResult, RunContext
 from scenarios.ssm_workload import SSMWorkload
 from states import MODES, SSMState, StateConfig, make_state
-from states.base import DTYPE_NAMES
+from states.base import DTYPE_NAMES, MODE_VARIANTS
 
 SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
 SNAPSHOT_REQUESTS = 64  # accepted states are compared for at most this many requests (all outputs are)
@@ -58,20 +58,37 @@ class SSMCase:
     accept: str
     snapshot_every: int
     options: dict[str, Any]  # the CLI options of the run (for repro commands and row identity)
+    compact_commits: tuple[str, ...] = ("accept",)  # compact variants to run (--compact-commit)
+    replay_forwards: tuple[str, ...] = ("inline",)  # replay variants to run (--replay-forward)
 
-    def config(self, mode: str, backend: str, device: str, capacity: int) -> StateConfig:
+    def config(self, mode: str, backend: str, device: str, capacity: int, variant: str = "") -> StateConfig:
         return StateConfig(
             mode=mode, max_requests=capacity, drafts=self.drafts, state_dtype=self.state_dtype,
             act_dtype=self.act_dtype, history_len=self.history_len, history_dtype=self.history_dtype,
-            backend=backend, device=device,
+            variant=variant, backend=backend, device=device,
         )
 
+    def variants_of(self, mode: str) -> tuple[str, ...]:
+        """The variants of `mode` this case runs (the mode's only variant for native)."""
+        return {"compact": self.compact_commits, "replay": self.replay_forwards}.get(mode, MODE_VARIANTS[mode])
 
-Variant = tuple[str, str]  # (mode, backend)
+
+class Variant(NamedTuple):
+    """One pool configuration a case runs: a mode, its variant and a backend."""
+
+    mode: str
+    variant: str
+    backend: str
+
+    def config(self, case: SSMCase, device: str, capacity: int) -> StateConfig:
+        return case.config(self.mode, self.backend, device, capacity, self.variant)
 
 
 def label(v: Variant) -> str:
-    return f"{v[0]}/{v[1]}"
+    """`compact/triton` for a mode's default variant, `compact-deferred/triton` for another."""
+    default = MODE_VARIANTS[v.mode][0]
+    name = v.mode if v.variant in ("", default) else f"{v.mode}-{v.variant}"
+    return f"{name}/{v.backend}"
 
 
 def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
@@ -89,10 +106,10 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     status: dict[Variant, tuple[str, str]] = {}
     measured: dict[Variant, float] = {}  # storage bytes per request of the pool actually allocated
     for v in variants:
-        if v[1] == "fla":
+        if v.backend == "fla":
             continue  # the fla baseline is a timing row after the modes (see _fla_row)
         try:
-            MODES[v[0]]._validate_config(g, case.config(v[0], v[1], ctx.device, 1))
+            MODES[v.mode]._validate_config(g, v.config(case, ctx.device, 1))
         except ValueError as e:
             status[v] = ("unsupported", str(e))
             continue
@@ -104,12 +121,12 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
             comparisons.forget(v)
         else:
             status[v] = ("passed", "") if comparisons.passed(v) else ("mismatch", comparisons.why(v))
-    fla_rows = [_fla_row(case, wl, ctx, comparisons) for v in variants if v == ("native", "fla")]
+    fla_rows = [_fla_row(case, wl, ctx, comparisons) for v in variants if v.backend == "fla"]
     comparisons.record()
     comparisons.release()
 
     for v in variants:
-        if v[1] == "fla":
+        if v.backend == "fla":
             continue
         row = base_row(case, v, wl, ctx)
         if v in measured:
@@ -129,7 +146,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     for row, rec in fla_rows:
         result.rows.append(row)
         if rec is not None:
-            result.ooms.append({**_identity(case, ("native", "fla")), **rec})
+            result.ooms.append({**_identity(case, Variant("native", "", "fla")), **rec})
     return result
 
 
@@ -138,13 +155,14 @@ def _ordered(case: SSMCase) -> list[Variant]:
     the fla baseline is native only."""
     backends = sorted(case.backends, key=lambda b: (b != "torch", b == "fla"))
     modes = sorted(case.modes, key=lambda m: m != "native")
-    return [(m, b) for b in backends for m in modes if b != "fla" or m == "native"]
+    return [Variant(m, var, b) for b in backends for m in modes for var in case.variants_of(m)
+            if b != "fla" or m == "native"]
 
 
 def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> float:
     """One variant over the whole rollout on its own pool; returns its measured bytes per request."""
     g, n = wl.geom, wl.batch
-    st = make_state(g, wl.params, case.config(v[0], v[1], ctx.device, n + SPARE_SLOTS))
+    st = make_state(g, wl.params, v.config(case, ctx.device, n + SPARE_SLOTS))
     _use_tuned_configs(st, ctx, n)
     all_slots = st.alloc(n + SPARE_SLOTS)
     slots, spare = all_slots[:n], all_slots[n:]
@@ -190,7 +208,7 @@ class _Comparisons:
 
     def __init__(self, case: SSMCase, ctx: RunContext, family: str, ref: _Reference, variants: list[Variant]) -> None:
         self.case, self.ctx, self.family, self.ref = case, ctx, family, ref
-        self.keep = {v for v in variants if v[0] == "native" or v[1] == "torch"}
+        self.keep = {v for v in variants if v.mode == "native" or v.backend == "torch"}
         self.outs: dict[tuple, torch.Tensor] = {}
         self.snaps: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.rollouts: dict[tuple, tuple[Variant, Any]] = {}
@@ -208,12 +226,12 @@ class _Comparisons:
         return self.ctx.compare(a, b.to(a.device), scenario=self.case.scenario, **kw)
 
     def _partners(self, v: Variant) -> list[tuple[Variant, str]]:
-        """(variant to compare against, relation) for v: its backend's native, its mode's torch twin."""
+        """(variant to compare against, relation) for v: its backend's native, its torch twin."""
         out = []
-        if v[0] != "native":
-            out.append((("native", v[1]), "mode"))
-        if v[1] != "torch":
-            out.append(((v[0], "torch"), "backend"))
+        if v.mode != "native":
+            out.append((Variant("native", "", v.backend), "mode"))
+        if v.backend != "torch":
+            out.append((v._replace(backend="torch"), "backend"))
         return out
 
     def output(self, v: Variant, r: int, layer: int, o: torch.Tensor, widths: torch.Tensor) -> None:
@@ -222,7 +240,7 @@ class _Comparisons:
             base = self.outs.get((other, r, layer))
             if base is None:
                 continue
-            if rel == "mode" and v[0] == "compact":
+            if rel == "mode" and v.mode == "compact":
                 kw = {"contract": "1", "policy": "bitwise"}
             elif rel == "mode":
                 kw = {"contract": "2", "policy": "rms", "tolerance": tolerances.replay_output_rms(sd, hd)}
@@ -247,8 +265,8 @@ class _Comparisons:
                 continue
             bssm, bconv = self.snaps[(other, r)]
             if rel == "mode":
-                contract = "1" if v[0] == "compact" else "2"
-                bitwise = v[0] == "compact" or sd == torch.float32
+                contract = "1" if v.mode == "compact" else "2"
+                bitwise = v.mode == "compact" or sd == torch.float32
             else:
                 contract, bitwise = "3", False
             kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tolerances.backend_rms(sd)}
@@ -276,7 +294,7 @@ class _Comparisons:
         self.snaps = {k: t for k, t in self.snaps.items() if k[0] != v}
 
     def _ref_tol(self, v: Variant) -> float:
-        hist = self.case.history_dtype if v[0] == "replay" else torch.float32
+        hist = self.case.history_dtype if v.mode == "replay" else torch.float32
         return tolerances.reference_rms(self.family, self.case.state_dtype, hist)
 
     def _final(self, v: Variant) -> list[Any]:
@@ -392,7 +410,7 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
     kernel, then fla's recurrence from the accepted states, final states written back) and its outputs
     are checked on round 0 only (same inputs and initial state as the modes), within the bf16 bound.
     """
-    v = ("native", "fla")
+    v = Variant("native", "", "fla")
     row = base_row(case, v, wl, ctx)
     # fla's GDN kernel takes no pool indices, so the round gathers the accepted states into its
     # initial_state and scatters the final states back, as a server calling it has to
@@ -430,7 +448,8 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
 
             valid = int(widths.long().sum())
             for layer, o in enumerate(one_round()):
-                base = comparisons.outs.get((("native", "torch"), 0, layer), comparisons.outs.get((("native", "triton"), 0, layer)))
+                base = comparisons.outs.get((Variant("native", "", "torch"), 0, layer),
+                                            comparisons.outs.get((Variant("native", "", "triton"), 0, layer)))
                 if base is not None:
                     c = comparisons._cmp(o[:valid], base, name="o", lhs="native/fla", rhs="native (round 0)",
                                          contract="3", policy="rms", tolerance=tolerances.REPLAY_OUTPUT_RMS_BF16,
@@ -470,7 +489,7 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     g, n = wl.geom, wl.batch
     fields: dict[str, Any] = {}
     with ctx.oom_guard() as guard:
-        cfg = case.config(v[0], v[1], ctx.device, n)
+        cfg = v.config(case, ctx.device, n)
         st = make_state(g, wl.params, cfg)
         config, source = _use_tuned_configs(st, ctx, n)
         fields.update(config=config, config_source=source)
@@ -499,7 +518,7 @@ def timing_fields(timing, tokens: float | None, round_bytes: float, ctx: RunCont
     fields = dict(
         timer=timing.timer, samples=timing.n_samples, median_us=timing.median_us, p20_us=timing.p20_us,
         p80_us=timing.p80_us, noise_pct=timing.noise_pct,
-        bytes_moved=round_bytes, achieved_gbps=round_bytes / (timing.median_us * 1e-6) / 1e9,
+        bytes_moved=round(round_bytes), achieved_gbps=round_bytes / (timing.median_us * 1e-6) / 1e9,
     )
     if tokens is not None:
         fields["tokens_per_s"] = tokens / (timing.median_us * 1e-6)
@@ -513,25 +532,31 @@ def timing_fields(timing, tokens: float | None, round_bytes: float, ctx: RunCont
 
 
 def _round_bytes(case: SSMCase, v: Variant, g, cfg: StateConfig, widths, accepted) -> float:
-    if v[0] == "replay":
+    if v.mode == "replay":
         counts = torch.zeros_like(widths.cpu(), dtype=torch.long)
         _, counts = cost.steady_replay_round_bytes(g, cfg, widths, accepted, counts, rounds=4 * case.history_len)
         return cost.steady_replay_round_bytes(g, cfg, widths, accepted, counts, rounds=4 * case.history_len)[0]
-    return cost.ROUND_BYTES[v[0]](g, cfg, widths, accepted)
+    return cost.ROUND_BYTES[v.mode](g, cfg, widths, accepted)
 
 
 # ------------------------------------------------------------------------------------------------- rows
 def _identity(case: SSMCase, v: Variant) -> dict[str, Any]:
     g_fam = case.options.get("family", "")
     return {
-        "scenario": case.scenario, "family": g_fam, "mode": v[0], "backend": v[1], "preset": case.preset,
-        "batch": case.batch, "drafts": case.drafts,
+        "scenario": case.scenario, "family": g_fam, "mode": v.mode, "variant": v.variant, "backend": v.backend,
+        "preset": case.preset, "batch": case.batch, "drafts": case.drafts,
     }
+
+
+def variant_option(v: Variant) -> dict[str, str]:
+    """The CLI option that selects `v`'s variant (`--compact-commit` / `--replay-forward`), if any."""
+    option = {"compact": "compact_commit", "replay": "replay_forward"}.get(v.mode)
+    return {option: v.variant} if option else {}
 
 
 def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dict[str, Any]:
     g = wl.geom
-    cfg = case.config(v[0], v[1], ctx.device, wl.batch)
+    cfg = v.config(case, ctx.device, wl.batch)
     row = {
         **_identity(case, v),
         "family": g.family,
@@ -540,15 +565,16 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
         "accept": case.accept,
         "state_dtype": DTYPE_NAMES[case.state_dtype],
         "act_dtype": DTYPE_NAMES[case.act_dtype],
-        "history_len": case.history_len if v[0] == "replay" else None,
-        "history_dtype": DTYPE_NAMES[case.history_dtype] if v[0] == "replay" else None,
+        "history_len": case.history_len if v.mode == "replay" else None,
+        "history_dtype": DTYPE_NAMES[case.history_dtype] if v.mode == "replay" else None,
         "layers": g.layers,
         "config": "",
         "config_source": "",
-        "repro": ctx.repro({**case.options, "modes": v[0], "backend": v[1], "batch": str(case.batch)}),
+        "repro": ctx.repro({**case.options, "modes": v.mode, "backend": v.backend, "batch": str(case.batch),
+                            **variant_option(v)}),
     }
     try:
-        terms = MODES[v[0]].bytes_per_request(g, cfg)
+        terms = MODES[v.mode].bytes_per_request(g, cfg)
         row["bytes_per_request_predicted"] = terms["total"]
         budget = case.options.get("memory_budget_gib")
         if budget:
@@ -560,7 +586,7 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
 
 def _dump(root: str, case: SSMCase, v: Variant, r: int, outs, snap, widths, accepted) -> None:
     """Write a variant's round outputs (and accepted states on snapshot rounds), see docs/TRACE_FORMAT.md."""
-    d = Path(root) / f"{case.scenario}-{case.preset}-b{case.batch}" / f"{v[0]}-{v[1]}"
+    d = Path(root) / f"{case.scenario}-{case.preset}-b{case.batch}" / label(v).replace("/", "-")
     d.mkdir(parents=True, exist_ok=True)
     item = {"round": r, "widths": widths.cpu(), "accepted": accepted.cpu(),
             "outputs": torch.stack([o.cpu() for o in outs])}

@@ -13,9 +13,11 @@ from scenarios.ssm_engine import SSMCase
 from scenarios.ssm_workload import AcceptModel
 from scenarios.trace import read_trace
 from states import MODES
-from states.base import ACT_DTYPES, STATE_DTYPES
+from states.base import ACT_DTYPES, MODE_VARIANTS, STATE_DTYPES
 
 SSM_BACKENDS = ("torch", "triton", "fla")
+# The variants a run compares when --compact-commit / --replay-forward are not given.
+RUN_VARIANTS = {"compact": ("accept", "deferred"), "replay": ("inline",)}
 
 
 def split_list(value: str | list | tuple | None, what: str) -> list[str]:
@@ -39,6 +41,18 @@ def parse_batches(value: Any) -> list[int]:
             raise ValueError(f"--batch values must be >= 1, got {b}")
         out.append(b)
     return out
+
+
+def parse_variants(value: Any, mode: str, option: str) -> tuple[str, ...]:
+    """A comma list of `mode`'s variants (SPEC §3), in the given order; the default variant when unset."""
+    choices = MODE_VARIANTS[mode]
+    items = split_list(value, option) if value is not None else list(RUN_VARIANTS[mode])
+    for item in items:
+        if item not in choices:
+            raise ValueError(f"{option} takes {', '.join(choices)}, got {item!r}")
+    if len(set(items)) != len(items):
+        raise ValueError(f"{option} lists a variant twice: {value!r}")
+    return tuple(items)
 
 
 def parse_dtype(value: str, table: dict[str, torch.dtype], what: str) -> torch.dtype:
@@ -95,12 +109,16 @@ def plan_ssm(
     state_dtype = parse_dtype(options.get("state_dtype") or "fp32", STATE_DTYPES, "--state-dtype")
     act_dtype = parse_dtype(options.get("act_dtype") or "bf16", ACT_DTYPES, "--act-dtype")
     history_dtype = parse_dtype(options.get("history_dtype") or "fp32", STATE_DTYPES, "--history-dtype")
-    history_len = int(options.get("history_len") or 8)
+    history_len = int(options.get("history_len") or 16)
     if "replay" in modes:
         if history_len < 4 or history_len & (history_len - 1):
             raise ValueError(f"--history-len must be a power of two and at least 4, got {history_len}")
         if history_len < drafts + 1:
             raise ValueError(f"--history-len {history_len} is shorter than the verify width W = drafts + 1 = {drafts + 1}")
+    compact_commits = parse_variants(options.get("compact_commit"), "compact", "--compact-commit")
+    if drafts == 0 and options.get("compact_commit") is None:
+        compact_commits = compact_commits[:1]  # compact cannot run without drafts: one unsupported row is enough
+    replay_forwards = parse_variants(options.get("replay_forward"), "replay", "--replay-forward")
     accept_spec = options.get("accept") or accept_default
     accept = AcceptModel.parse(accept_spec, drafts)
     if accept.kind == "trace" and not options.get("trace"):
@@ -125,7 +143,7 @@ def plan_ssm(
             scenario=scenario, preset=preset.name, modes=tuple(modes), backends=tuple(backends), batch=b,
             drafts=drafts, rounds=rounds, state_dtype=state_dtype, act_dtype=act_dtype, history_len=history_len,
             history_dtype=history_dtype, accept=accept_spec, snapshot_every=snapshot_every,
-            options={**opts, "dynamic": dynamic},
+            options={**opts, "dynamic": dynamic}, compact_commits=compact_commits, replay_forwards=replay_forwards,
         )
         for b in batches
     ]

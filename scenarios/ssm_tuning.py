@@ -2,12 +2,13 @@
 SSM scenarios do with the same keys (SPEC §2, §8).
 
 Config classes (kernels/ssm/configs.py): `step` is shared by native verify, compact verify + commit
-and the replay fold, because its BV and warp layout set the reduction tree the bitwise contracts
-depend on; it is tuned as one unit on the sum of those members' times, and a candidate is valid only
-if, with it, compact equals native bit for bit and (fp32 state) replay's fold equals native bit for
-bit, and native is within the reference bound of the torch backend. `replay-forward` and `conv` are
-tuned alone against the torch backend. Every sweep runs on disposable one-layer pools (the kernels
-are per layer; compact's all-layer commit scales linearly), never on a run's state.
+(both variants) and the replay forward with its in-kernel fold, because its BV and warp layout set
+the reduction tree the bitwise contracts depend on; it is tuned as one unit on the sum of those
+members' times (one round each), and a candidate is valid only if, with it, both compact variants
+equal native bit for bit and (fp32 state) replay's fold equals native bit for bit, and native and
+replay are within the reference bound of the torch backend. `conv` is tuned alone against the torch
+backend. Every sweep runs on disposable one-layer pools (the kernels are per layer; compact's
+all-layer commit scales linearly), never on a run's state.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
-STEP, CONV, REPLAY_FORWARD = "step", "conv", "replay-forward"
-STEP_MEMBERS = ("native-verify", "compact-round", "replay-fold")
+STEP, CONV = "step", "conv"
+STEP_MEMBERS = ("native-round", "compact-accept-round", "compact-deferred-round", "replay-round")
 
 
 def static_key(geom: SSMGeometry, cfg: StateConfig, config_class: str) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def static_key(geom: SSMGeometry, cfg: StateConfig, config_class: str) -> dict[s
         "V": geom.head_v_dim, "conv_dim": geom.conv_dim, "state": DTYPE_NAMES[cfg.state_dtype],
         "act": DTYPE_NAMES[cfg.act_dtype], "W": cfg.width,
     }
-    if config_class == REPLAY_FORWARD:
+    if config_class == STEP:  # the replay forward is a member: its history shapes the registers
         key.update(Lh=cfg.history_len, hist=DTYPE_NAMES[cfg.history_dtype])
     return key
 
@@ -63,7 +64,7 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
     state_dtype = parse_dtype(options.get("state_dtype") or "fp32", STATE_DTYPES, "--state-dtype")
     act_dtype = parse_dtype(options.get("act_dtype") or "bf16", ACT_DTYPES, "--act-dtype")
     geom = replace(preset.ssm, layers=1)
-    history_len = max(8, 1 << (drafts + 1 - 1).bit_length())
+    history_len = max(16, 1 << (drafts + 1 - 1).bit_length())
     jobs = []
     for batch in parse_batches(options.get("batch") or "4"):
         cfg = StateConfig("native", batch, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
@@ -74,12 +75,15 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
 
 def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
     from kernels.ssm.configs import config_space, default_configs
-    from kernels.ssm.replay import DEFAULT_FORWARD_CONFIG
 
     dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
-    defaults = {**default_configs(**dims), REPLAY_FORWARD: dict(DEFAULT_FORWARD_CONFIG)}
+    defaults = default_configs(**dims)
     rounds = 3
     bound = tolerances.backend_rms(cfg.state_dtype)
+
+    # the step class's members: (pool name, mode, variant); each is timed on one round of its own pool
+    members = {"native-round": ("native", ""), "compact-accept-round": ("compact", "accept"),
+               "compact-deferred-round": ("compact", "deferred"), "replay-round": ("replay", "")}
 
     def build(bucket: int) -> dict[str, Any]:
         wl = build_workload(geom, batch=bucket, drafts=cfg.drafts, rounds=rounds, state_dtype=cfg.state_dtype,
@@ -88,86 +92,65 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
         torch_cfg = replace(cfg, backend="torch")
         ref = {}
         for mode in ("native", "replay"):
-            st, slots = _fresh(geom, wl, torch_cfg, mode, None)
+            st, slots = _fresh(geom, wl, torch_cfg, mode, "", None)
             ref[mode] = [_round(st, slots, wl, r) for r in range(rounds)]
-        pools = {mode: _fresh(geom, wl, cfg, mode, defaults) for mode in ("native", "compact", "replay")}
-        rst, rslots = pools["replay"]
-        for r in range(rounds):  # pending history, so the timed fold has records to replay
-            _round(rst, rslots, wl, r)
+        pools = {name: _fresh(geom, wl, cfg, mode, variant, defaults) for name, (mode, variant) in members.items()}
+        for name in ("compact-deferred-round", "replay-round"):  # pending records / history before timing
+            st, slots = pools[name]
+            for r in range(rounds):
+                _round(st, slots, wl, r)
         return {"wl": wl, "ref": ref, "pools": pools}
 
-    def on(inputs: dict, mode: str, configs: dict[str, dict]):
-        st, slots = inputs["pools"][mode]
-        st.set_kernel_configs(configs)
-        return st, slots
-
-    def run_round(mode: str, cls: str):
+    def run_member(name: str, cls: str):
         def run(config: dict, inputs: dict) -> None:
-            st, slots = on(inputs, mode, {cls: config})
+            st, slots = inputs["pools"][name]
+            st.set_kernel_configs({cls: config})
             _round(st, slots, inputs["wl"], 0)
         return run
 
-    def run_fold(config: dict, inputs: dict) -> None:
-        st, slots = on(inputs, "replay", {STEP: config})
-        st.snapshot(slots)  # folds the pending history into a scratch copy, never into the pool
-
-    def rollout(inputs: dict, mode: str, configs: dict) -> tuple[list[torch.Tensor], tuple]:
+    def rollout(inputs: dict, mode: str, variant: str, configs: dict) -> tuple[list[torch.Tensor], tuple]:
         wl = inputs["wl"]
-        st, slots = _fresh(geom, wl, cfg, mode, {**defaults, **configs})
+        st, slots = _fresh(geom, wl, cfg, mode, variant, {**defaults, **configs})
         outs = [_round(st, slots, wl, r) for r in range(rounds)]
         return outs, st.snapshot(slots)
 
     def check_step(config: dict, inputs: dict) -> tuple[bool, str]:
-        native, nsnap = rollout(inputs, "native", {STEP: config})
-        compact, csnap = rollout(inputs, "compact", {STEP: config})
-        _, rsnap = rollout(inputs, "replay", {STEP: config})
-        if not all(torch.equal(a, b) for a, b in zip(compact, native, strict=True)):
-            return False, "compact outputs differ from native under this config"
-        if not all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(csnap, nsnap, strict=True)):
-            return False, "compact state differs from native under this config"
+        native, nsnap = rollout(inputs, "native", "", {STEP: config})
+        for variant in ("accept", "deferred"):
+            compact, csnap = rollout(inputs, "compact", variant, {STEP: config})
+            if not all(torch.equal(a, b) for a, b in zip(compact, native, strict=True)):
+                return False, f"compact ({variant}) outputs differ from native under this config"
+            if not all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(csnap, nsnap, strict=True)):
+                return False, f"compact ({variant}) state differs from native under this config"
+        replay, rsnap = rollout(inputs, "replay", "", {STEP: config})
         if cfg.state_dtype == torch.float32 and not torch.equal(rsnap[0], nsnap[0]):
             return False, "replay fold differs from native state under this config"
         worst = max(_rms(o, ref) for o, ref in zip(native, inputs["ref"]["native"], strict=True))
+        worst_replay = max(_rms(o, ref) for o, ref in zip(replay, inputs["ref"]["replay"], strict=True))
+        ok = max(worst, worst_replay) <= bound
+        return ok, f"native / replay vs torch backend RMS {worst:.3g} / {worst_replay:.3g} (bound {bound:.3g})"
+
+    def check_conv(config: dict, inputs: dict) -> tuple[bool, str]:
+        outs, _ = rollout(inputs, "native", "", {CONV: config})
+        worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"]["native"], strict=True))
         return worst <= bound, f"native vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
 
-    def check_alone(mode: str, cls: str):
-        def check(config: dict, inputs: dict) -> tuple[bool, str]:
-            outs, _ = rollout(inputs, mode, {cls: config})
-            worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"][mode], strict=True))
-            return worst <= bound, f"{mode} vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
-        return check
-
-    forward_space = [
-        {"BV": bv, "num_warps": w, "num_stages": st}
-        for bv in (8, 16, 32, 64, 128) if bv <= max(8, geom.head_v_dim)
-        for w in (1, 2, 4, 8) if 4 <= geom.head_k_dim * bv // (32 * w) <= 128 or (bv, w) == (8, 1)
-        for st in (1, 2)
-    ]
-    key = {c: static_key(geom, cfg, c) for c in (STEP, CONV, REPLAY_FORWARD)}
+    key = {c: static_key(geom, cfg, c) for c in (STEP, CONV)}
     return [
         TuneJob(STEP, key[STEP], batch, config_space(STEP, **dims), defaults[STEP], build,
-                {"native-verify": run_round("native", STEP), "compact-round": run_round("compact", STEP),
-                 "replay-fold": run_fold},
-                check_step, members=STEP_MEMBERS),
-        TuneJob(REPLAY_FORWARD, key[REPLAY_FORWARD], batch, forward_space, defaults[REPLAY_FORWARD], build,
-                run_round("replay", REPLAY_FORWARD), check_alone("replay", REPLAY_FORWARD)),
+                {name: run_member(name, STEP) for name in members}, check_step, members=STEP_MEMBERS),
         TuneJob(CONV, key[CONV], batch, config_space(CONV, **dims), defaults[CONV], build,
-                run_round("native", CONV), check_alone("native", CONV)),
+                run_member("native-round", CONV), check_conv),
     ]
 
 
-def _fresh(geom: SSMGeometry, wl, cfg: StateConfig, mode: str, configs: dict[str, dict] | None):
-    st = make_state(geom, wl.params, replace(cfg, mode=mode, max_requests=wl.batch))
+def _fresh(geom: SSMGeometry, wl, cfg: StateConfig, mode: str, variant: str, configs: dict[str, dict] | None):
+    st = make_state(geom, wl.params, replace(cfg, mode=mode, variant=variant, max_requests=wl.batch))
     slots = st.alloc(wl.batch)
     st.load(slots, wl.init_ssm, wl.init_conv)
     if configs is not None:
-        st.set_kernel_configs(_for_mode(configs, mode))
+        st.set_kernel_configs(configs)
     return st, slots
-
-
-def _for_mode(configs: dict[str, dict], mode: str) -> dict[str, dict]:
-    """Only replay pools run a replay-forward kernel."""
-    return {c: v for c, v in configs.items() if c != REPLAY_FORWARD or mode == "replay"}
 
 
 def _round(st, slots, wl, r: int) -> torch.Tensor:

@@ -36,6 +36,24 @@ BACKENDS = ("torch", "triton")
 STATE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ACT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+# Variants of each mode, the default first (SPEC §3). They store and compute differently but keep the
+# mode's contracts: both compact variants equal native bit for bit; both replay variants fold exactly.
+MODE_VARIANTS: dict[str, tuple[str, ...]] = {
+    "native": ("",),
+    "compact": ("accept", "deferred"),
+    "replay": ("inline", "precompute"),
+}
+
+
+def mode_variant(mode: str, variant: str) -> str:
+    """`variant` of `mode` checked, with "" meaning the mode's default; ValueError naming the choices."""
+    choices = MODE_VARIANTS.get(mode, ("",))
+    if variant == "":
+        return choices[0]
+    if variant not in choices:
+        named = ", ".join(c for c in choices if c) or "none"
+        raise ValueError(f"unknown {mode} variant {variant!r}; choose one of {named}")
+    return variant
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,9 @@ class StateConfig:
         act_dtype: activation dtype of the inputs, conv windows and raw records.
         history_len: replay `Lh` (a power of two, >= 4, >= W); the ring holds `2 * Lh` records.
         history_dtype: replay derived-record dtype (normalized k and corrected value d).
+        variant: the mode's variant (`MODE_VARIANTS`): compact `accept | deferred` (when a round's
+            accepted records reach the state), replay `inline | precompute` (how forward projects the
+            checkpoint); native has one. Empty means the mode's first (default) variant.
         backend: `torch` or `triton`.
         device: where the pool lives.
     """
@@ -59,8 +80,9 @@ class StateConfig:
     drafts: int = 0
     state_dtype: torch.dtype = torch.float32
     act_dtype: torch.dtype = torch.bfloat16
-    history_len: int = 8
+    history_len: int = 16
     history_dtype: torch.dtype = torch.float32
+    variant: str = ""
     backend: str = "torch"
     device: str = "cpu"
 
@@ -68,6 +90,11 @@ class StateConfig:
     def width(self) -> int:
         """W, the most tokens one request verifies in a round."""
         return self.drafts + 1
+
+    @property
+    def mode_variant(self) -> str:
+        """The variant this pool runs (the mode's default when `variant` is empty)."""
+        return mode_variant(self.mode, self.variant)
 
 
 @dataclass
@@ -147,6 +174,7 @@ class SSMState:
     def _validate_config(cls, geom: SSMGeometry, cfg: StateConfig) -> None:
         if cfg.mode != cls.mode:
             raise ValueError(f"config mode {cfg.mode!r} given to the {cls.mode} state")
+        mode_variant(cfg.mode, cfg.variant)
         if cfg.backend not in BACKENDS:
             raise ValueError(f"unknown backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
         if cfg.backend == "triton" and not str(cfg.device).startswith("cuda") and not _interpreting():
@@ -301,6 +329,12 @@ class SSMState:
         self._accept_mode(rnd, accepted)
         self.round = None
 
+    def _between_rounds(self, what: str) -> None:
+        """Snapshots and loads see committed state only: a round in progress has half-moved windows,
+        snapshots, records or cursors."""
+        if self.round is not None:
+            raise ValueError(f"{what} during a round: call accept() first (layers done: {sorted(self.round.layers_done)})")
+
     def _current_round(self) -> Round:
         if self.round is None:
             raise ValueError("no round in progress: call begin_round(slots, widths) first")
@@ -325,12 +359,14 @@ class SSMState:
         """
         slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
         self._check_slots(slots)
+        self._between_rounds("snapshot")
         return self._snapshot_ssm(slots), self._accepted_conv(slots)
 
     def load(self, slots: torch.Tensor, ssm: torch.Tensor, conv: torch.Tensor) -> None:
         """Install snapshots into `slots` (clears records/history, resets offsets)."""
         slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
         self._check_slots(slots)
+        self._between_rounds("load")
         g, n = self.geom, slots.shape[0]
         want_ssm = (n, g.layers, g.value_heads, g.head_k_dim, g.head_v_dim)
         want_conv = (n, g.layers, g.conv_dim, g.conv_kernel - 1)

@@ -1,9 +1,17 @@
 """Compact mode: one state plus the round's small per-token records (SPEC §3).
 
 Verify reads the state, emits outputs and records raw k, raw v, `exp(g)` and beta; it never writes the
-state. Accept replays tokens `0..accepted` from the records for every layer at once and writes each
-state once. Rounding to the state dtype happens after every token exactly as in native, so committed
-states and outputs equal native's bit for bit.
+state. When the accepted records reach the state is the variant:
+
+* `accept`: accept replays tokens `0..accepted` from the records for every layer at once and writes
+  each state once (state passes per round: verify read, commit read + write);
+* `deferred`: accept only records each row's accepted count; the next forward of each layer first
+  replays that layer's pending records onto the state it loads anyway, writes the state once, then
+  verifies the new tokens from the same values (one read + one write per round). Records live in two
+  halves by round parity, so a round's new records never overwrite pending ones still being read.
+
+Rounding to the state dtype happens after every token exactly as in native, so committed states and
+outputs equal native's bit for bit in both variants.
 """
 
 from __future__ import annotations
@@ -22,33 +30,51 @@ class CompactState(SSMState):
     mode = "compact"
     needs_drafts = True
 
+    @property
+    def deferred(self) -> bool:
+        return self.cfg.mode_variant == "deferred"
+
     def _allocate(self) -> None:
         g, cfg = self.geom, self.cfg
-        L, cap, W, dev = g.layers, cfg.max_requests, cfg.width, cfg.device
+        L, cap, dev = g.layers, cfg.max_requests, cfg.device
         H, HV, K, V = g.key_heads, g.value_heads, g.head_k_dim, g.head_v_dim
+        # record positions: round token t at `half * W + t`; accept has one half, deferred two (by parity)
+        P = cfg.width * self.halves(cfg)
         self.ssm = torch.zeros(L, cap, HV, K, V, dtype=cfg.state_dtype, device=dev)
-        # records of the round in progress: [L, slots, heads, W, ...], position t = round token t
-        self.rec_k = torch.zeros(L, cap, H, W, K, dtype=cfg.act_dtype, device=dev)
-        self.rec_v = torch.zeros(L, cap, HV, W, V, dtype=cfg.act_dtype, device=dev)
-        gate_shape = (L, cap, HV, W) if g.family == "gdn" else (L, cap, HV, W, K)
+        self.rec_k = torch.zeros(L, cap, H, P, K, dtype=cfg.act_dtype, device=dev)
+        self.rec_v = torch.zeros(L, cap, HV, P, V, dtype=cfg.act_dtype, device=dev)
+        gate_shape = (L, cap, HV, P) if g.family == "gdn" else (L, cap, HV, P, K)
         self.rec_decay = torch.zeros(gate_shape, dtype=torch.float32, device=dev)
-        self.rec_beta = torch.zeros(L, cap, HV, W, dtype=torch.float32, device=dev)
+        self.rec_beta = torch.zeros(L, cap, HV, P, dtype=torch.float32, device=dev)
+        # deferred bookkeeping: slot -> last accepted token of the pending round (-1: none), and the half
+        # that holds it; both stay put on idle rounds
+        self.pending = torch.full((cap,), -1, dtype=torch.int32, device=dev)
+        self.parity = torch.zeros(cap, dtype=torch.int32, device=dev)
         # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
         self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
+
+    @staticmethod
+    def halves(cfg: StateConfig) -> int:
+        """Record halves: 2 for the deferred variant (pending + new round), 1 for accept."""
+        return 2 if cfg.mode_variant == "deferred" else 1
 
     def set_kernel_configs(self, configs: dict[str, Config]) -> None:
         """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
         self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _kernel_pool(self) -> CompactPool:
-        return CompactPool(self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta)
+        return CompactPool(self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta,
+                           self.pending if self.deferred else None, self.parity if self.deferred else None)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
-        return {
+        tensors = {
             **super()._pool_tensors(),
             "ssm": self.ssm, "rec_k": self.rec_k, "rec_v": self.rec_v,
             "rec_decay": self.rec_decay, "rec_beta": self.rec_beta,
         }
+        if self.deferred:
+            tensors.update(pending=self.pending, parity=self.parity)
+        return tensors
 
     @classmethod
     def bytes_per_request(cls, geom: SSMGeometry, cfg: StateConfig) -> dict[str, int]:
@@ -56,29 +82,60 @@ class CompactState(SSMState):
         act = _nbytes(cfg.act_dtype)
         H, HV, K, V = geom.key_heads, geom.value_heads, geom.head_k_dim, geom.head_v_dim
         terms["ssm"] = geom.layers * geom.state_elems * _nbytes(cfg.state_dtype)
-        terms["records"] = geom.layers * cfg.width * (H * K * act + HV * V * act + HV * geom.gate_width * 4 + HV * 4)
+        per_token = H * K * act + HV * V * act + HV * geom.gate_width * 4 + HV * 4
+        terms["records"] = geom.layers * cfg.width * cls.halves(cfg) * per_token
+        if cfg.mode_variant == "deferred":
+            terms["pending"] = 8  # pending count and parity, int32 each
         terms["total"] = sum(terms.values())
         return terms
 
     def _reset_mode(self, slots: torch.Tensor) -> None:
         for t in (self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta):
             t[:, slots] = 0
+        self.pending[slots] = -1  # load and reset drop pending records: the installed state is committed
+        self.parity[slots] = 0
+
+    # ------------------------------------------------------------------ torch backend
+    def _replay_records(self, layer: int, rows: torch.Tensor, S: torch.Tensor, last: torch.Tensor,
+                        half: torch.Tensor) -> torch.Tensor:
+        """`S` (fp32, `[n, HV, K, V]`) advanced through record tokens `0..last[r]` of half `half[r]`,
+        rounding to the state dtype after each token as native does (rows with `last < 0` unchanged)."""
+        sd, step, W = self.cfg.state_dtype, self._step(), self.cfg.width
+        for t in range(W):
+            pos = half.long() * W + t  # [n] record position of token t
+            S_new, _ = step(
+                S,
+                l2norm(self.rec_k[layer, rows, :, pos]),
+                self.rec_v[layer, rows, :, pos].float(),
+                self.rec_decay[layer, rows, :, pos],
+                self.rec_beta[layer, rows, :, pos],
+            )
+            S = torch.where((t <= last)[:, None, None, None], round_state(S_new, sd), S)
+        return S
 
     def _forward_torch(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, valid = self._conv_and_prepare(layer, inputs, rnd)
-        sd, step = self.cfg.state_dtype, self._step()
+        sd, step, W = self.cfg.state_dtype, self._step(), rnd.width
         S = self.ssm[layer, rnd.slots].float()
-        o_pad = torch.zeros(rnd.n, rnd.width, *p.v.shape[2:], device=S.device)
-        for t in range(rnd.width):
+        new_half = torch.zeros_like(rnd.slots)
+        if self.deferred:
+            active = rnd.widths > 0
+            last = torch.where(active, self.pending[rnd.slots], -1)
+            S = self._replay_records(layer, rnd.slots, S, last, self.parity[rnd.slots])
+            written = (last >= 0)[:, None, None, None]
+            self.ssm[layer, rnd.slots] = torch.where(written, S.to(sd), self.ssm[layer, rnd.slots])
+            new_half = 1 - self.parity[rnd.slots].long()
+        o_pad = torch.zeros(rnd.n, W, *p.v.shape[2:], device=S.device)
+        for t in range(W):
             S_new, o = step(S, p.k[:, t], p.v[:, t], p.decay[:, t], p.beta[:, t], p.q[:, t])
             m = valid[:, t]
             o_pad[:, t] = o
             S = torch.where(m[:, None, None, None], round_state(S_new, sd), S)
-            rows = rnd.slots[m]
-            self.rec_k[layer, rows, :, t] = p.k_raw[m, t]
-            self.rec_v[layer, rows, :, t] = p.v_raw[m, t]
-            self.rec_decay[layer, rows, :, t] = p.decay[m, t]
-            self.rec_beta[layer, rows, :, t] = p.beta[m, t]
+            rows, pos = rnd.slots[m], (new_half * W + t)[m]
+            self.rec_k[layer, rows, :, pos] = p.k_raw[m, t]
+            self.rec_v[layer, rows, :, pos] = p.v_raw[m, t]
+            self.rec_decay[layer, rows, :, pos] = p.decay[m, t]
+            self.rec_beta[layer, rows, :, pos] = p.beta[m, t]
         return self._scatter_outputs(o_pad, rnd)
 
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
@@ -90,28 +147,38 @@ class CompactState(SSMState):
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
-        """Commit: replay records `0..accepted[r]` into the state of every layer, one write per state."""
+        if self.deferred:
+            # the next forward of each layer applies these records; idle rows keep what they had pending
+            active = rnd.widths > 0
+            self.pending[rnd.slots] = torch.where(active, accepted, self.pending[rnd.slots])
+            self.parity[rnd.slots] = torch.where(active, 1 - self.parity[rnd.slots], self.parity[rnd.slots])
+            return
+        # accept: replay records `0..accepted[r]` into the state of every layer, one write per state
         if self.cfg.backend == "triton":
             compact_commit(self._kernel_pool(), rnd.slots, accepted, self.kernel_configs["step"])
             return
-        sd, step = self.cfg.state_dtype, self._step()
-        rows = rnd.slots[rnd.widths > 0]
-        keep = accepted[rnd.widths > 0].long()
+        sd = self.cfg.state_dtype
+        active = rnd.widths > 0
+        rows, last = rnd.slots[active], accepted[active]
+        half = torch.zeros_like(rows)
         for layer in range(self.geom.layers):
-            S = self.ssm[layer, rows].float()
-            for t in range(rnd.width):
-                S_new, _ = step(
-                    S,
-                    l2norm(self.rec_k[layer, rows, :, t]),
-                    self.rec_v[layer, rows, :, t].float(),
-                    self.rec_decay[layer, rows, :, t],
-                    self.rec_beta[layer, rows, :, t],
-                )
-                S = torch.where((t <= keep)[:, None, None, None], round_state(S_new, sd), S)
+            S = self._replay_records(layer, rows, self.ssm[layer, rows].float(), last, half)
             self.ssm[layer, rows] = S.to(sd)
 
     def _snapshot_ssm(self, slots: torch.Tensor) -> torch.Tensor:
-        return self.ssm[:, slots].transpose(0, 1).contiguous()
+        """The committed state: deferred applies the pending records into a copy, the pool is only read."""
+        if not self.deferred:
+            return self.ssm[:, slots].transpose(0, 1).contiguous()
+        last, half = self.pending[slots], self.parity[slots]
+        if self.cfg.backend == "triton":
+            g = self.geom
+            out = torch.empty(slots.shape[0], g.layers, g.value_heads, g.head_k_dim, g.head_v_dim,
+                              dtype=self.cfg.state_dtype, device=slots.device)
+            compact_commit(self._kernel_pool(), slots, last, self.kernel_configs["step"], dst=out)
+            return out
+        layers = [self._replay_records(layer, slots, self.ssm[layer, slots].float(), last, half).to(self.cfg.state_dtype)
+                  for layer in range(self.geom.layers)]
+        return torch.stack(layers, dim=1)
 
     def _load_ssm(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
         self.ssm[:, slots] = ssm

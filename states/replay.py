@@ -20,37 +20,22 @@ import torch
 
 from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, seq_sum
 from kernels.ssm.configs import STEP, Config, check_config, default_configs
-from kernels.ssm.replay import (
-    DEFAULT_FORWARD_CONFIG,
-    REPLAY_FORWARD,
-    ReplayPool,
-    check_forward_config,
-    choose_fold_variant,
-    replay_fold,
-    replay_forward,
-    replay_prepare,
-)
+from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
 from states.base import DTYPE_NAMES, Round, SSMState, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
 
 class ReplayState(SSMState):
-    """Replay pool. Triton-backend options:
-
-    * `fold_variant`: `auto | split | fused` (kernels/ssm/replay.py::choose_fold_variant), where the
-      folds of a round run; read at every `begin_round`;
-    * `kernel_configs`: `{config class: config}` for `step` (folds), `replay-forward` and `conv`.
-    """
+    """Replay pool. On the triton backend `kernel_configs` holds `{config class: config}` for `step`
+    (forward and folds, which must run native's block shape) and `conv`."""
 
     mode = "replay"
 
-    def __init__(self, geom: SSMGeometry, params: SSMParams, cfg: StateConfig, fold_variant: str = "auto") -> None:
-        choose_fold_variant(fold_variant)
+    def __init__(self, geom: SSMGeometry, params: SSMParams, cfg: StateConfig) -> None:
         super().__init__(geom, params, cfg)
-        self.fold_variant = fold_variant
-        # fused variant: (slots, fold_from) of the round until its first forward launch folds them
-        self._pending_fold: tuple[torch.Tensor, torch.Tensor] | None = None
+        # triton: the round's fold decision (`[n]` int32, batch row -> cursor to fold or -1), from prepare
+        self._fold_from: torch.Tensor | None = None
 
     @classmethod
     def _validate_config(cls, geom: SSMGeometry, cfg: StateConfig) -> None:
@@ -79,14 +64,12 @@ class ReplayState(SSMState):
         self.cursor = torch.zeros(cap, dtype=torch.int32, device=dev)  # slot -> phase * 2Lh + count
         self._pool = ReplayPool(self.ssm, self.hist_k, self.hist_d, self.hist_g, self.raw_k, self.raw_v,
                                 self.raw_beta, self.cursor)
-        # triton launch configs by class (kernels/ssm/configs.py, plus the forward's own); the autotuner replaces them
-        self.kernel_configs = {**default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim),
-                               REPLAY_FORWARD: dict(DEFAULT_FORWARD_CONFIG)}
+        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
 
     def set_kernel_configs(self, configs: dict[str, Config]) -> None:
         """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        checked = {c: check_forward_config(cfg) if c == REPLAY_FORWARD else check_config(c, cfg) for c, cfg in configs.items()}
-        self.kernel_configs = {**self.kernel_configs, **checked}
+        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -109,7 +92,6 @@ class ReplayState(SSMState):
         return terms
 
     def _reset_mode(self, slots: torch.Tensor) -> None:
-        self._flush_pending_fold()  # a fused fold still pending must not land on the fresh state later
         for t in (self.ssm, self.hist_k, self.hist_d, self.hist_g, self.raw_k, self.raw_v, self.raw_beta):
             t[:, slots] = 0
         self.cursor[slots] = 0
@@ -143,6 +125,7 @@ class ReplayState(SSMState):
         """Fold the accepted history of `slots` into their checkpoints (boundaries: prefill, export)."""
         slots = torch.as_tensor(slots, dtype=torch.long, device=self.cfg.device)
         self._check_slots(slots)
+        self._between_rounds("materialize")
         self._fold_into_checkpoint(slots)
 
     def _fold_into_checkpoint(self, slots: torch.Tensor) -> None:
@@ -153,7 +136,6 @@ class ReplayState(SSMState):
         self._flip(slots)
 
     def _fold_triton(self, slots: torch.Tensor) -> None:
-        self._flush_pending_fold()
         replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[STEP])
         self._flip(slots)
 
@@ -172,22 +154,8 @@ class ReplayState(SSMState):
             self._fold_into_checkpoint(rnd.slots[overflow])
 
     def _prepare_triton(self, rnd: Round) -> None:
-        """Fold decision and cursor flips on the device; the folds run now (split) or in the round's
-        first forward launch (fused)."""
-        variant = choose_fold_variant(self.fold_variant)
-        self._flush_pending_fold()
-        fold_from = replay_prepare(self._pool, rnd.slots, rnd.widths)
-        if variant == "split":
-            replay_fold(self._pool, rnd.slots, fold_from, self.kernel_configs[STEP])
-        else:
-            self._pending_fold = (rnd.slots, fold_from)
-
-    def _flush_pending_fold(self) -> None:
-        """Run a fused fold that no forward has taken yet (snapshot or materialize inside a round)."""
-        if self._pending_fold is not None:
-            slots, fold_from = self._pending_fold
-            self._pending_fold = None
-            replay_fold(self._pool, slots, fold_from, self.kernel_configs[STEP])
+        """Fold decision and cursor flips on the device; each layer's forward folds its own records."""
+        self._fold_from = replay_prepare(self._pool, rnd.slots, rnd.widths)
 
     # ------------------------------------------------------------------ forward
     def _forward_torch(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
@@ -244,12 +212,10 @@ class ReplayState(SSMState):
 
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, g = self.params, self.geom
-        fold_from = None if self._pending_fold is None else self._pending_fold[1]
-        self._pending_fold = None
         return replay_forward(
             self._pool, layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b, p.A_log[layer],
-            p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
-            self.kernel_configs[REPLAY_FORWARD if fold_from is None else STEP], g.lower_bound, fold_from,
+            p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens, self._fold_from, self.kernel_configs[STEP],
+            g.lower_bound,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
@@ -264,7 +230,6 @@ class ReplayState(SSMState):
 
     def _snapshot_triton(self, slots: torch.Tensor) -> torch.Tensor:
         """Fold the accepted history of `slots` into a scratch `[n, L, HV, K, V]`; the pool is only read."""
-        self._flush_pending_fold()
         g = self.geom
         out = torch.empty(slots.shape[0], g.layers, g.value_heads, g.head_k_dim, g.head_v_dim,
                           dtype=self.cfg.state_dtype, device=slots.device)

@@ -68,7 +68,7 @@ def test_mtp_dynamic_and_json_output(tmp_path):
     result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert len(data["rows"]) == 6 and {r["batch"] for r in data["rows"]} == {2, 3}
+    assert len(data["rows"]) == 8 and {r["batch"] for r in data["rows"]} == {2, 3}  # 4 variants x 2 batches
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_trace_in_and_dump_out(tmp_path):
     run = load_run(_single_run(out))
     assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
     files = sorted(dump.rglob("round-*.pt"))
-    assert len(files) == 3 * 4  # three modes, four rounds
+    assert len(files) == 4 * 4  # native, compact (accept, deferred), replay; four rounds
     item = torch.load(files[-1], weights_only=True)
     assert {"outputs", "widths", "accepted", "ssm", "conv"} <= set(item)
 
@@ -150,9 +150,12 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     assert set(run.throughput["status"]) == {"passed"}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
-    assert len(restored) == 9 * 3  # every ordered pair of the three modes x (o, ssm, conv)
+    assert len(restored) == 16 * 3  # every ordered pair of the four variants x (o, ssm, conv)
     assert restored[("native/torch restored from compact", "o")].bitwise_equal
     assert restored[("compact/torch restored from native", "ssm")].bitwise_equal
+    # a deferred snapshot carries its pending records into the committed state it hands out
+    assert restored[("native/torch restored from compact-deferred", "o")].bitwise_equal
+    assert restored[("compact-deferred/torch restored from compact", "ssm")].bitwise_equal
     if state_dtype == "fp32":
         assert restored[("native/torch restored from replay", "o")].bitwise_equal
         assert restored[("replay/torch restored from native", "ssm")].bitwise_equal

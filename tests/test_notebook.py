@@ -63,7 +63,8 @@ def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeyp
     html = "\n".join(d.get("text/html", "") for d in data)
     assert f"run {small_run.name}:" in markdown  # the manifest header of the run it was given
     assert "equivalence: PASS" in markdown
-    for mode in ("native", "compact", "replay (Lh 8, fp32 history)", "speedup vs native", "bytes/req measured"):
+    for mode in ("native", "compact-accept", "compact-deferred", "replay-inline (Lh 16, fp32 history)",
+                 "speedup vs native", "bytes/req measured"):
         assert mode in html  # the side-by-side table
     assert "before the rollout" in html  # the equivalence verdicts table
     # replay drift, memory and throughput: one figure each for this one-scenario run

@@ -73,11 +73,12 @@ class Trace:
     after: list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def _run(mode, backend, family, state_dtype, rounds, act_dtype=torch.bfloat16, configs=None, drafts=DRAFTS, seed=0):
+def _run(mode, backend, family, state_dtype, rounds, act_dtype=torch.bfloat16, configs=None, drafts=DRAFTS, seed=0,
+         variant=""):
     geom = _geom(family)
     params = make_params(geom, act_dtype, torch.Generator().manual_seed(seed))
     cfg = StateConfig(mode=mode, max_requests=CAP, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
-                      backend=backend, device=DEVICE)
+                      variant=variant, backend=backend, device=DEVICE)
     state = make_state(geom, params, cfg)
     if configs:
         state.set_kernel_configs(configs)
@@ -128,14 +129,18 @@ def _reference_errors(trace: Trace, state, rounds) -> tuple[float, float]:
     return _rms(torch.cat(got_o), torch.cat(ref_o)), _rms(torch.stack(got_s), torch.stack(ref_s))
 
 
-@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("family", ["gdn", "kda"])
-def test_compact_equals_native_and_tracks_references(family, state_dtype):
+@pytest.mark.parametrize(("family", "state_dtype", "variant"), [
+    ("gdn", torch.float32, "accept"), ("gdn", torch.bfloat16, "deferred"),
+    ("kda", torch.float32, "deferred"), ("kda", torch.bfloat16, "accept"),
+], ids=["gdn-fp32-accept", "gdn-bf16-deferred", "kda-fp32-deferred", "kda-bf16-accept"])
+def test_compact_equals_native_and_tracks_references(family, state_dtype, variant):
+    """Both commit variants: deferred's snapshots (taken between rounds, `before` / `after`) apply the
+    pending records into a copy, and its next round applies them from the verify kernel's registers."""
     rounds = ROUNDS
     # KDA runs with two V blocks and several conv blocks, GDN with the defaults (one block each)
     configs = SMALL_BLOCKS if family == "kda" else None
     native, native_state = _run("native", "triton", family, state_dtype, rounds, configs=configs)
-    compact, _ = _run("compact", "triton", family, state_dtype, rounds, configs=configs)
+    compact, _ = _run("compact", "triton", family, state_dtype, rounds, configs=configs, variant=variant)
     torch_native, _ = _run("native", "torch", family, state_dtype, rounds)
 
     for i in range(len(rounds)):
@@ -174,14 +179,15 @@ def test_compact_equals_native_with_fp32_activations():
     assert torch.equal(_bytes(compact.after[0][0]), _bytes(native.after[0][0]))
 
 
-@pytest.mark.parametrize("mode", ["native", "compact"])
-def test_untouched_slots_stay_byte_identical(mode):
-    """Every pool byte outside the round's active rows survives a round, its idle row included."""
+@pytest.mark.parametrize(("mode", "variant"), [("native", ""), ("compact", "accept"), ("compact", "deferred")])
+def test_untouched_slots_stay_byte_identical(mode, variant):
+    """Every pool byte outside the round's active rows survives two rounds, its idle row included (a
+    deferred idle row keeps its pending records and state for later)."""
     geom = _geom("gdn")
     gen = torch.Generator().manual_seed(7)
     params = make_params(geom, torch.bfloat16, gen)
     cfg = StateConfig(mode=mode, max_requests=CAP, drafts=DRAFTS, state_dtype=torch.bfloat16, backend="triton",
-                      device=DEVICE)
+                      device=DEVICE, variant=variant)
     state = make_state(geom, params, cfg)
     state.alloc(CAP)
     state.fill_slot_rows(torch.arange(CAP), gen)
@@ -193,11 +199,12 @@ def test_untouched_slots_stay_byte_identical(mode):
     slots = torch.tensor([4, 2, 0], device=DEVICE)  # slot 2 is an idle row of the batch
     keep = [1, 2, 3]
     before = {name: t.clone() for name, t in state.slot_rows(keep).items()}
-    state.begin_round(slots, [W, 0, 2])
-    for layer in range(geom.layers):
-        out = state.forward(layer, make_token_inputs(geom, 3 * W, torch.bfloat16, gen).to(DEVICE))
-        assert torch.isfinite(out).all()
-    state.accept([2, -1, 1])
+    for _ in range(2):
+        state.begin_round(slots, [W, 0, 2])
+        for layer in range(geom.layers):
+            out = state.forward(layer, make_token_inputs(geom, 3 * W, torch.bfloat16, gen).to(DEVICE))
+            assert torch.isfinite(out).all()
+        state.accept([2, -1, 1])
     for name, t in state.slot_rows(keep).items():
         assert torch.equal(_bytes(t), _bytes(before[name])), f"{mode}: {name} of an untouched slot changed"
 

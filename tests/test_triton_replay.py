@@ -10,7 +10,7 @@ show fp-contraction effects.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -54,21 +54,19 @@ class Case:
     state_dtype: torch.dtype
     history_dtype: torch.dtype
     widths: str  # fixed | dynamic (idle rows included)
-    fold_variant: str
-    forward_bv: int = 16
+    step_bv: int = 16
     materialize_at: int | None = None  # round after which both backends materialize
 
     def __str__(self) -> str:
         name = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-        return (f"{self.preset}-state_{name[self.state_dtype]}-hist_{name[self.history_dtype]}-{self.widths}-"
-                f"{self.fold_variant}")
+        return f"{self.preset}-state_{name[self.state_dtype]}-hist_{name[self.history_dtype]}-{self.widths}-bv{self.step_bv}"
 
 
 CASES = [
-    Case("tiny-gdn", torch.float32, torch.float32, "fixed", "split"),
-    Case("tiny-gdn", torch.bfloat16, torch.bfloat16, "dynamic", "fused", materialize_at=2),
-    Case("tiny-kda", torch.float32, torch.bfloat16, "dynamic", "split"),
-    Case("tiny-kda", torch.bfloat16, torch.float32, "fixed", "fused", forward_bv=8, materialize_at=2),
+    Case("tiny-gdn", torch.float32, torch.float32, "fixed"),
+    Case("tiny-gdn", torch.bfloat16, torch.bfloat16, "dynamic", materialize_at=2),
+    Case("tiny-kda", torch.float32, torch.bfloat16, "dynamic"),
+    Case("tiny-kda", torch.bfloat16, torch.float32, "fixed", step_bv=8, materialize_at=2),
 ]
 
 
@@ -87,16 +85,14 @@ def _assert_same_bytes(before: dict[str, torch.Tensor], after: dict[str, torch.T
 
 
 def _build(preset: str, mode: str, backend: str, state_dtype: torch.dtype, history_dtype: torch.dtype,
-           seed: int, fold_variant: str = "split", step: dict = WIDE, forward: dict = WIDE):
+           seed: int, step: dict = WIDE):
     geom = get_preset(preset).ssm
     params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(seed))
     cfg = StateConfig(mode, max_requests=CAPACITY, drafts=DRAFTS, state_dtype=state_dtype, act_dtype=torch.bfloat16,
                       history_len=LH, history_dtype=history_dtype, backend=backend, device=DEVICE)
     state = make_state(geom, params, cfg)
     if backend == "triton":
-        state.set_kernel_configs({"step": step} if mode == "native" else {"step": step, "replay-forward": forward})
-    if mode == "replay":
-        state.fold_variant = fold_variant
+        state.set_kernel_configs({"step": step})
     state.alloc(CAPACITY - len(FREE))
     return state
 
@@ -172,8 +168,8 @@ class Fp64Reference:
 def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     seed = 11
     ref_state = _build(case.preset, "replay", "torch", case.state_dtype, case.history_dtype, seed)
-    state = _build(case.preset, "replay", "triton", case.state_dtype, case.history_dtype, seed, case.fold_variant,
-                   forward={**WIDE, "BV": case.forward_bv})
+    state = _build(case.preset, "replay", "triton", case.state_dtype, case.history_dtype, seed,
+                   step={**WIDE, "BV": case.step_bv})
     geom, slots = state.geom, torch.tensor(ROWS)
     ssm0, conv0 = _start([ref_state, state], seed)
     untouched = _bytes(state.slot_rows(torch.tensor(IDLE + FREE)))
@@ -239,44 +235,41 @@ def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: py
     _assert_same_bytes(untouched, _bytes(state.slot_rows(torch.tensor(IDLE + FREE))), "untouched slots")
 
 
-def test_fold_variants_give_identical_checkpoints() -> None:
-    """Fused folds run in the first forward launch with the step config (two V blocks here), the
-    other layers with the forward config (one block); checkpoints must not depend on where folds run."""
+def test_fold_inside_forward_equals_a_materialize_before_the_round() -> None:
+    """A row that must fold is folded by each layer's forward (from the block it loads anyway, two V
+    blocks here); materializing before the round (one launch over every layer) must give the same
+    checkpoints, records and cursors bit for bit."""
     seed = 23
-    split = _build("tiny-kda", "replay", "triton", torch.float32, torch.float32, seed, "split", step=NARROW)
-    fused = _build("tiny-kda", "replay", "triton", torch.float32, torch.float32, seed, "fused", step=NARROW)
-    _start([split, fused], seed)
-    geom = split.geom
+    inline = _build("tiny-kda", "replay", "triton", torch.float32, torch.float32, seed, step=NARROW)
+    early = _build("tiny-kda", "replay", "triton", torch.float32, torch.float32, seed, step=NARROW)
+    _start([inline, early], seed)
+    geom = inline.geom
     gen = torch.Generator().manual_seed(seed + 1)
     folded = 0
     for rnd in range(ROUNDS):
         widths, accepted = _plan("fixed", rnd, gen)
         inputs = [make_token_inputs(geom, len(ROWS) * W, torch.bfloat16, gen) for _ in range(geom.layers)]
-        before = split.ssm.clone()
-        outs = []
-        for state in (split, fused):
-            state.begin_round(torch.tensor(ROWS), widths)
-            if rnd == 1:  # a snapshot before the first forward runs the fused variant's pending fold
-                outs.append(state.snapshot(torch.tensor(ROWS))[0])
-            outs.append(torch.stack([state.forward(layer, inputs[layer].to(DEVICE)) for layer in range(geom.layers)]))
-            state.accept(accepted)
-        folded += int((split.ssm != before).any())
-        got_rows = fused.slot_rows(torch.tensor(ROWS))
-        for name, t in split.slot_rows(torch.tensor(ROWS)).items():
-            assert torch.equal(t, got_rows[name]), f"round {rnd}: {name} differs between fold variants"
-        half = len(outs) // 2
-        for a, b in zip(outs[:half], outs[half:]):
-            assert _rms(b, a) <= FP32_RMS
+        before = inline.ssm.clone()
+        counts, _ = early._count_base(torch.tensor(ROWS, device=DEVICE))
+        due = [r for r, c, w in zip(ROWS, counts.tolist(), widths, strict=True) if c + w > LH]
+        if due:
+            early.materialize(torch.tensor(due))
+        outs = [_run_round(s, inputs, widths, accepted) for s in (inline, early)]
+        folded += int((inline.ssm != before).any())
+        got_rows = early.slot_rows(torch.tensor(ROWS))
+        for name, t in inline.slot_rows(torch.tensor(ROWS)).items():
+            assert torch.equal(t, got_rows[name]), f"round {rnd}: {name} differs between fold placements"
+        assert _rms(outs[1], outs[0]) <= FP32_RMS
     assert folded >= 2, "the rounds did not fold"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("kernels.ssm.native") is None,
                     reason="kernels/ssm/native.py (the triton native kernels) does not exist yet")
-@pytest.mark.parametrize(("preset", "fold_variant"), [("tiny-gdn", "split"), ("tiny-kda", "fused")])
-def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str, fold_variant: str) -> None:
+@pytest.mark.parametrize("preset", ["tiny-gdn", "tiny-kda"])
+def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str) -> None:
     seed = 31
     native = _build(preset, "native", "triton", torch.float32, torch.float32, seed, step=NARROW)
-    state = _build(preset, "replay", "triton", torch.float32, torch.float32, seed, fold_variant, step=NARROW)
+    state = _build(preset, "replay", "triton", torch.float32, torch.float32, seed, step=NARROW)
     _start([native, state], seed)
     gen = torch.Generator().manual_seed(seed + 1)
     for rnd in range(2):  # round 0 leaves 3 records, round 1 folds them first
@@ -290,11 +283,10 @@ def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str, fold_va
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graph capture needs a GPU")
-@pytest.mark.parametrize("fold_variant", ["split", "fused"])
-def test_round_captures_in_one_cuda_graph(fold_variant: str) -> None:
+def test_round_captures_in_one_cuda_graph() -> None:
     seed = 41
-    state = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, seed, fold_variant)
-    eager = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, seed, fold_variant)
+    state = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, seed)
+    eager = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, seed)
     _start([state, eager], seed)
     geom, gen = state.geom, torch.Generator().manual_seed(seed + 1)
     slots = torch.tensor(ROWS, device=DEVICE)
@@ -328,15 +320,18 @@ def test_round_captures_in_one_cuda_graph(fold_variant: str) -> None:
 
 def test_bad_options_are_rejected_and_change_nothing() -> None:
     state = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, 5)
-    with pytest.raises(ValueError, match="fold variant"):
-        ReplayState(state.geom, state.params, state.cfg, fold_variant="sometimes")
-    state.fold_variant = "sometimes"
+    with pytest.raises(ValueError, match="unknown replay variant"):
+        ReplayState(state.geom, state.params, replace(state.cfg, variant="sometimes"))
+    with pytest.raises(ValueError, match="step config"):
+        state.set_kernel_configs({"step": {"BV": 12, "num_warps": 1, "num_stages": 1}})
     cursor = state.cursor.clone()
-    with pytest.raises(ValueError, match="fold variant"):
-        state.begin_round(torch.tensor(ROWS), [W] * len(ROWS))
+    state.begin_round(torch.tensor(ROWS), [W] * len(ROWS))
+    with pytest.raises(ValueError, match="during a round"):
+        state.snapshot(torch.tensor(ROWS))
+    with pytest.raises(ValueError, match="during a round"):
+        state.materialize(torch.tensor(ROWS))
+    state.round = None  # abandon the round: prepare moved no cursor (nothing was due to fold)
     assert torch.equal(state.cursor, cursor)
-    with pytest.raises(ValueError, match="replay-forward config"):
-        state.set_kernel_configs({"replay-forward": {"BV": 12, "num_warps": 1, "num_stages": 1}})
 
     pool = ReplayPool(state.ssm, state.hist_k, state.hist_d, state.hist_g, state.raw_k, state.raw_v,
                       state.raw_beta, state.cursor)
@@ -347,11 +342,12 @@ def test_bad_options_are_rejected_and_change_nothing() -> None:
     x = make_token_inputs(g, n * W, torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
     cu = torch.arange(n + 1, dtype=torch.int32, device=DEVICE) * W
     widths = torch.full((n,), W, dtype=torch.int32, device=DEVICE)
+    fold_none = torch.full((n,), -1, dtype=torch.int32, device=DEVICE)
     p = state.params
     with pytest.raises(ValueError, match="qkv has shape"):
         replay_forward(pool, 0, x.mixed_qkv[:, 1:].contiguous(), x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths, cu,
-                       WIDE)
+                       fold_none, WIDE)
     with pytest.raises(ValueError, match="history length"):
         wide = make_token_inputs(g, n * (LH + 1), torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
         replay_forward(pool, 0, wide.mixed_qkv, wide.a, wide.b, p.A_log[0], p.dt_bias[0], slots, widths, cu,
-                       WIDE)
+                       fold_none, WIDE)

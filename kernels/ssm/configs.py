@@ -1,12 +1,11 @@
 """Launch configs of the SSM-state Triton kernels, by config class (SPEC §2, §8).
 
 A config class is a set of kernels that must run with one config because the config is part of the
-numerics: `step` (BV, num_warps, num_stages) is shared by native verify, compact verify, compact
-commit and the replay fold/materialize, since BV and the warp layout set the reduction tree of the
-`tl.sum` in `delta_step`, and the bitwise contracts between modes need the same tree. `conv` (BC,
-num_warps, num_stages) is the conv kernel's own: its arithmetic is per channel, so any config gives
-the same bits. (The replay forward's class, `replay-forward`, is declared with its kernel in
-kernels/ssm/replay.py.)
+numerics: `step` (BV, num_warps, num_stages) is shared by native verify, compact verify and commit,
+and the replay forward (which folds inside) and fold/materialize, since BV and the warp layout set
+the reduction tree of the `tl.sum` in `delta_step`, and the bitwise contracts between modes need the
+same tree. `conv` (BC, num_warps, num_stages) is the conv kernel's own: its arithmetic is per
+channel, so any config gives the same bits.
 
 A config is a plain dict (`{"BV": 32, "num_warps": 4, "num_stages": 2}`); the autotuner sweeps
 `config_space(...)` and a state pool falls back to `default_config(...)`.

@@ -3,14 +3,16 @@
 Pool `ssm [L, slots, S + 1, HV, K, V]` (fp32 or bf16): snapshot `t` of a slot holds the state after
 token `t` of the last round and `conv_offset[slot]` names the accepted one. Per request, value head
 and BV block of state columns, the kernel reads the accepted snapshot, then for each of its `w`
-tokens prepares q, k, v, `exp(g)` and beta from the conv output (`verify_token`), runs `delta_step`,
+tokens prepares q, k, v, `exp(g)` and beta from the conv output (`load_token`, `prepare_token`), runs `delta_step`,
 takes the output from the unrounded fp32 state, rounds the state to the state dtype, stores it into
 snapshot `t` and carries on from the rounded value. Decode (S = 0) is the same kernel with one
 snapshot, updated in place. Grid and block shapes follow fla's fused_recurrent: one program per
-(V block, request, value head), the whole K in one block.
+(V block, request, value head), the whole K in one block; the token loop is unrolled over the round
+width W (masked past a row's width) so every token's loads can be issued ahead of the math.
 
-`head_gate_params`, `verify_token` and `check_verify_inputs` are shared with compact verify
-(kernels/ssm/compact.py), so both modes feed the step the same bits.
+`head_gate_params`, `zero_padding_rows` and `check_verify_inputs` are shared with compact and
+replay, and every mode prepares a token with `load_token` / `prepare_token` (kernels/ssm/step.py),
+so all of them feed the step the same bits.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ import triton
 import triton.language as tl
 
 from kernels.ssm.configs import STEP, Config, check_config
-from kernels.ssm.step import ENABLE_FP_FUSION, delta_step, gdn_log_gate, kda_log_gate, l2norm, round_to, step_output
+from kernels.ssm.step import (
+    ENABLE_FP_FUSION,
+    decay_of,
+    delta_step,
+    load_token,
+    prepare_token,
+    round_to,
+    step_output,
+)
 
 
 @triton.jit
@@ -32,28 +42,6 @@ def head_gate_params(A_log, dt_bias, i_hv, o_k, m_k, K: tl.constexpr, IS_KDA: tl
     else:
         b_bias = tl.load(dt_bias + i_hv).to(tl.float32)
     return b_A_log, b_bias
-
-
-@triton.jit
-def verify_token(qkv, a, b, b_A_log, b_bias, tok, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound,
-                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, IS_KDA: tl.constexpr):
-    """Inputs of packed token `tok` (int64) for value head `i_hv` (gate parameters from `head_gate_params`).
-
-    Returns `(q, k_raw, v_raw, decay, beta)`: q `[BK]` fp32 normalized and scaled; raw k `[BK]` and raw v
-    `[BV]` in the activation dtype (what records keep; the step uses `l2norm(k_raw)` and `v_raw` in
-    fp32); `exp(g)` fp32, a scalar (GDN) or `[BK]` over the state rows (KDA); beta fp32 scalar.
-    """
-    p_x = qkv + tok * (2 * H * K + HV * V)
-    b_q = l2norm(tl.load(p_x + i_h * K + o_k, mask=m_k, other=0.0).to(tl.float32)) * scale
-    b_k_raw = tl.load(p_x + (H + i_h) * K + o_k, mask=m_k, other=0.0)
-    b_v_raw = tl.load(p_x + 2 * H * K + i_hv * V + o_v, mask=m_v, other=0.0)
-    b_beta = tl.sigmoid(tl.load(b + tok * HV + i_hv).to(tl.float32))
-    if IS_KDA:
-        b_a = tl.load(a + (tok * HV + i_hv) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_decay = tl.exp(kda_log_gate(b_a, b_A_log, b_bias, lower_bound))
-    else:
-        b_decay = tl.exp(gdn_log_gate(tl.load(a + tok * HV + i_hv).to(tl.float32), b_A_log, b_bias))
-    return b_q, b_k_raw, b_v_raw, b_decay, b_beta
 
 
 @triton.jit
@@ -90,16 +78,20 @@ def native_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots
     o_h = o_k[:, None] * V + o_v[None, :]
     b_h = tl.load(ssm + ((row * W + off) * HV + i_hv) * K * V + o_h, mask=m_h & (w > 0), other=0.0).to(tl.float32)
     b_A_log, b_bias = head_gate_params(A_log, dt_bias, i_hv, o_k, m_k, K, IS_KDA)
-    for t in range(0, w):
-        tok = bos + t
-        b_q, b_k_raw, b_v_raw, b_decay, b_beta = verify_token(
-            qkv, a, b, b_A_log, b_bias, tok, i_h, i_hv, o_k, m_k, o_v, m_v, scale, lower_bound, H, HV, K, V, IS_KDA)
-        if IS_KDA:
-            b_decay = b_decay[:, None]
-        b_h = delta_step(b_h, l2norm(b_k_raw.to(tl.float32)), b_v_raw.to(tl.float32), b_decay, b_beta)
-        tl.store(out + (tok * HV + i_hv) * V + o_v, step_output(b_h, b_q), mask=m_v)
+    # the round's token loop, unrolled over W: token t + 1's loads are issued before token t's math and
+    # stores (a store may alias a later load, so the compiler would not hoist them itself)
+    x_q, x_k, x_v, x_a, x_b = load_token(qkv, a, b, bos, w > 0, i_h, i_hv, o_k, m_k, o_v, m_v, H, HV, K, V, IS_KDA)
+    for t in tl.static_range(W):
+        c_q, c_k, c_v, c_a, c_b = x_q, x_k, x_v, x_a, x_b
+        if t + 1 < W:
+            x_q, x_k, x_v, x_a, x_b = load_token(qkv, a, b, bos + t + 1, t + 1 < w, i_h, i_hv, o_k, m_k, o_v, m_v,
+                                                 H, HV, K, V, IS_KDA)
+        b_q, b_k, b_v, b_g, b_beta = prepare_token(c_q, c_k, c_v, c_a, c_b, b_A_log, b_bias, scale, lower_bound,
+                                                   IS_KDA)
+        b_h = delta_step(b_h, b_k, b_v, decay_of(b_g, IS_KDA), b_beta)
+        tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, step_output(b_h, b_q), mask=m_v & (t < w))
         b_h = round_to(b_h, ssm.dtype.element_ty)
-        tl.store(ssm + ((row * W + t) * HV + i_hv) * K * V + o_h, b_h, mask=m_h)
+        tl.store(ssm + ((row * W + t) * HV + i_hv) * K * V + o_h, b_h, mask=m_h & (t < w))
         b_h = b_h.to(tl.float32)
     zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
 

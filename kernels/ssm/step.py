@@ -59,6 +59,48 @@ def step_output(b_h, b_q):
     return tl.sum(b_h * b_q[:, None], 0)
 
 
+@triton.jit
+def load_token(qkv, a, b, tok, valid, i_h, i_hv, o_k, m_k, o_v, m_v,
+               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, IS_KDA: tl.constexpr):
+    """The raw inputs of packed token `tok` (int64) for value head `i_hv`, or zeros where `valid` is off.
+
+    Returns `(q, k, v, a, b)` as loaded (activation dtype): q and k `[BK]` of key head `i_h`, v `[BV]`,
+    the gate input a `[BK]` (KDA) or a scalar (GDN), the beta input b a scalar. Kernels issue the loads
+    of the next token before the current token's math so the latency of one overlaps the other.
+    """
+    p_x = qkv + tok * (2 * H * K + HV * V)
+    b_q = tl.load(p_x + i_h * K + o_k, mask=m_k & valid, other=0.0)
+    b_k = tl.load(p_x + (H + i_h) * K + o_k, mask=m_k & valid, other=0.0)
+    b_v = tl.load(p_x + 2 * H * K + i_hv * V + o_v, mask=m_v & valid, other=0.0)
+    if IS_KDA:
+        b_a = tl.load(a + (tok * HV + i_hv) * K + o_k, mask=m_k & valid, other=0.0)
+    else:
+        b_a = tl.load(a + tok * HV + i_hv, mask=valid, other=0.0)
+    b_b = tl.load(b + tok * HV + i_hv, mask=valid, other=0.0)
+    return b_q, b_k, b_v, b_a, b_b
+
+
+@triton.jit
+def prepare_token(b_q, b_k, b_v, b_a, b_b, b_A_log, b_bias, scale, lower_bound, IS_KDA: tl.constexpr):
+    """Step inputs of one token from its raw loads (`load_token`), fp32: q normalized and scaled, k
+    normalized, v, the log gate g (a scalar for GDN, `[BK]` for KDA) and beta = sigmoid(b)."""
+    b_q = l2norm(b_q.to(tl.float32)) * scale
+    b_k = l2norm(b_k.to(tl.float32))
+    if IS_KDA:
+        b_g = kda_log_gate(b_a.to(tl.float32), b_A_log, b_bias, lower_bound)
+    else:
+        b_g = gdn_log_gate(b_a.to(tl.float32), b_A_log, b_bias)
+    return b_q, b_k, b_v.to(tl.float32), b_g, tl.sigmoid(b_b.to(tl.float32))
+
+
+@triton.jit
+def decay_of(b_g, IS_KDA: tl.constexpr):
+    """`exp(g)` shaped to scale the state block: a scalar (GDN) or a `[BK, 1]` column over the rows (KDA)."""
+    if IS_KDA:
+        return tl.exp(b_g)[:, None]
+    return tl.exp(b_g)
+
+
 # The log gate of a token must have the same bits in every mode: native uses it in registers, compact
 # records `exp(g)` and replay records `g` for their commit and fold. So every kernel computes it with
 # these helpers, launched with fp fusion off like the step.
