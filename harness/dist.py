@@ -100,8 +100,10 @@ def _worker(rank: int, world: int, port: int, backend: str, name: str, options: 
 
 
 def _join(backend: str, rank: int, world: int, local_rank: int, device: str, store: dist.Store | None) -> None:
+    bound = None
     if device.startswith("cuda"):
         torch.cuda.set_device(local_rank)  # one GPU per rank; "cuda" then means this one
+        bound = torch.device("cuda", local_rank)  # NCCL binds the group to it instead of guessing
     else:
         torch.set_num_threads(1)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=TIMEOUT, device_id=bound)

@@ -17,6 +17,9 @@
 # Usage: OUT=/path/to/out bash scripts/gpu_pd_dist.sh       (NPROC defaults to every visible GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# NVLink multicast (NVLS, symmetric-memory multicast) stays off: point-to-point sends need none of it, and on
+# shared hosts a program using it can take the GPUs out of service. Set for every process started below.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/runs}
 PAGE_TOKENS=${PAGE_TOKENS:-128}
