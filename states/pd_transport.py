@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -168,9 +169,10 @@ class _Link:
 class Transfer:
     """This process's part of one transfer: built once (plans, buffers), then run any number of times.
 
-    Every process of the group constructs it (a collective: it checks that all processes agree on the
-    message sizes) and calls it together. `src_blocks[f]` are this process's views of field `f` on the
-    prefill side (None when it holds no prefill rank), `dst_blocks[f]` on the decode side.
+    Every process of the default process group (processes are its ranks) constructs it, a collective
+    that checks that all processes agree on the message sizes, and calls it together. `src_blocks[f]`
+    are this process's views of field `f` on the prefill side (None when it holds no prefill rank),
+    `dst_blocks[f]` on the decode side.
     """
 
     def __init__(
@@ -181,12 +183,11 @@ class Transfer:
         src_blocks: Sequence[Sequence[torch.Tensor]] | None,
         dst_blocks: Sequence[Sequence[torch.Tensor]] | None,
         device: torch.device | str,
-        group: dist.ProcessGroup | None = None,
     ) -> None:
-        self.placement, self.fields, self.group = placement, list(fields), group
-        self.process = dist.get_rank(group)
-        if dist.get_world_size(group) != placement.world:
-            raise ValueError(f"placement for {placement.world} processes in a group of {dist.get_world_size(group)}")
+        self.placement, self.fields = placement, list(fields)
+        self.process = dist.get_rank()
+        if dist.get_world_size() != placement.world:
+            raise ValueError(f"placement for {placement.world} processes in a group of {dist.get_world_size()}")
         me = self.process
         if (src_blocks is None) != (placement.prefill_rank(me) is None):
             raise ValueError(f"process {me}: prefill views given iff it holds a prefill rank")
@@ -219,8 +220,8 @@ class Transfer:
             "recv": {link.peer: link.buffer.numel() for link in self.recvs},
             "local": sum(v.numel() * v.element_size() for v, _ in self.local),
         }
-        every: list[dict] = [None] * self.placement.world  # type: ignore[list-item]
-        dist.all_gather_object(every, mine, group=self.group)
+        every: list[Any] = [None] * self.placement.world
+        dist.all_gather_object(every, mine)
         for src, info in enumerate(every):
             for dst, nbytes in info["send"].items():
                 got = every[dst]["recv"].get(src)
@@ -240,8 +241,8 @@ class Transfer:
             view.copy_(buffer)
 
     def _exchange(self, sends: Sequence[_Link], recvs: Sequence[_Link]) -> None:
-        ops = [dist.P2POp(dist.isend, link.buffer, link.peer, self.group) for link in sends]
-        ops += [dist.P2POp(dist.irecv, link.buffer, link.peer, self.group) for link in recvs]
+        ops = [dist.P2POp(dist.isend, link.buffer, link.peer) for link in sends]
+        ops += [dist.P2POp(dist.irecv, link.buffer, link.peer) for link in recvs]
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()

@@ -101,7 +101,7 @@ def test_every_pair_the_processes_allow_is_byte_exact(tmp_path, world):
     last = world - 1
     # every process's checks reached rank 0: the decode side of a disjoint pair lives in the last processes
     assert {"torch tp1->tp1 prefill rank 0", "torch tp1->tp1 decode rank 0", f"torch tp{world}->tp{world} "
-            f"decode rank {last}", f"state page tp2->tp2 decode rank 1"} <= lhs
+            f"decode rank {last}", "state page tp2->tp2 decode rank 1"} <= lhs
     names = {(c.name, c.contract) for c in comparisons}
     assert {("exported pages", "4"), ("exported pages: other heads and pages", "5"), ("prefill pool", "5"),
             ("received pages", "4"), ("received pages: other heads and pages", "5"), ("imported slots", "4"),
