@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 HARNESS := .venv/bin/harness
 
-.PHONY: setup test gate decode gpu-gate gpu-bench
+.PHONY: setup test gate decode gpu-gate gpu-bench gpu-pd-dist
 
 setup:
 	python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[dev]'
@@ -22,3 +22,7 @@ gpu-gate:
 
 gpu-bench:
 	bash scripts/gpu_bench.sh
+
+# On a box with 2 or more GPUs: pd-roundtrip across processes over NCCL (scripts/gpu_pd_dist.sh).
+gpu-pd-dist:
+	bash scripts/gpu_pd_dist.sh

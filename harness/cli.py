@@ -97,13 +97,18 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
     from results.tables import render_rich
 
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}
+    run = run_scenario
+    if options.get("transport") == "dist":  # pd-roundtrip over a process group: harness/dist.py
+        from harness.dist import run_dist as run
     with _progress() as progress:
         outcome = _guarded(
-            lambda: run_scenario(
+            lambda: run(
                 scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT,
                 progress=_progress_factory(progress),
             )
         )
+    if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
+        return
     if as_json:
         print(json.dumps({"run": str(outcome.path), "rows": outcome.rows}, default=str, indent=1))
     else:
@@ -179,6 +184,13 @@ Tp = Annotated[str, typer.Option(help="comma list of TP degrees of the GPU pools
 TpPairs = Annotated[str | None, typer.Option(
     help="comma list of prefill:decode TP pairs, e.g. 1:2,8:1 (default: every pair of 1,2,4,8 the heads allow)")]
 Variant = Annotated[str, typer.Option(help="comma list of direct,staged (kernel on host memory | gather + bulk DMA)")]
+Transport = Annotated[str | None, typer.Option(
+    help="local (default: every rank simulated in this process) | dist (ranks are processes of one torch.distributed "
+         "group: prefill rank i in process i, decode rank j in process N-1-j; a pair needs max(p, d) processes)")]
+Nproc = Annotated[int | None, typer.Option(
+    help="dist: processes to start (one GPU each with --device cuda); default: torchrun's world size, else the "
+         "GPU count, else 2 on CPU. Pairs needing more are unsupported rows (an error if asked by --tp-pairs)")]
+DistBackend = Annotated[str | None, typer.Option(help="dist: auto (nccl on cuda, gloo on cpu) | nccl | gloo")]
 
 
 def _page_command(scenario: str, drop: tuple[str, ...]):
@@ -194,6 +206,9 @@ def _page_command(scenario: str, drop: tuple[str, ...]):
         tp: Tp = "1",
         tp_pairs: TpPairs = None,
         variant: Variant = "direct,staged",
+        transport: Transport = None,
+        nproc: Nproc = None,
+        dist_backend: DistBackend = None,
         seed: Seed = 0,
         autotune: AutotuneLevel = "cache-only",
         autotune_cache: AutotuneCache = None,
@@ -215,7 +230,7 @@ def _page_command(scenario: str, drop: tuple[str, ...]):
     run_app.command(scenario)(command)
 
 
-_page_command("cpu-page-restore", drop=("page_tokens", "tp_pairs"))
+_page_command("cpu-page-restore", drop=("page_tokens", "tp_pairs", "transport", "nproc", "dist_backend"))
 _page_command("pd-roundtrip", drop=("page_size", "tp", "variant"))
 
 

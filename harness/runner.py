@@ -9,14 +9,16 @@ from __future__ import annotations
 import shlex
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from harness import autotune, env, equivalence, memory, timing
+from harness.group_timing import bench_group
 from results.plots import plot_run
 from results.store import RunWriter, load_run
 from scenarios import RunContext, get_scenario
@@ -109,6 +111,8 @@ def make_context(
         time_cases=time_cases,
         repro=lambda opts: repro_command(scenario, opts),
         kernel_config=kernel_config,
+        bench_group=(lambda fn: bench_group(fn, device=device, warmup=warmup, rep=rep))
+        if dist.is_initialized() else None,
     )
     return ctx, report
 
@@ -120,8 +124,9 @@ def run_scenario(
     argv: list[str],
     out_root: Path | str = DEFAULT_OUT,
     progress: Callable[[str, int], Callable[[], None]] | None = None,
-) -> RunOutcome:
-    """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options."""
+) -> RunOutcome | None:
+    """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
+    None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run)."""
     scenario = get_scenario(name)
     cases = scenario.plan(options)
     if options.get("rep") is not None and int(options["rep"]) < 2:
@@ -133,9 +138,17 @@ def run_scenario(
     device = options.get("device") or "cpu"
     seed = int(options.get("seed") or 0)
     torch.manual_seed(seed)
-    ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
-    writer = RunWriter(out_root, manifest=env.manifest(argv, seed, device, ceilings), tag=name)
-    with writer:
+    # In a run spread over a torch.distributed group every process runs the cases; rank 0 alone measures
+    # the copy ceilings and writes the run directory (harness/dist.py).
+    lead = not dist.is_initialized() or dist.get_rank() == 0
+    writer, ceilings = None, {}
+    if lead:
+        ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
+        manifest = env.manifest(argv, seed, device, ceilings)
+        if dist.is_initialized():
+            manifest["dist"] = {"backend": dist.get_backend(), "world_size": dist.get_world_size()}
+        writer = RunWriter(out_root, manifest=manifest, tag=name)
+    with writer or nullcontext():
         ctx, report = make_context(
             device, seed, ceilings, writer, scenario=name, progress=progress, dump_dir=options.get("dump"),
             check_requests=options.get("check_requests"),
@@ -147,10 +160,13 @@ def run_scenario(
         rows = []
         for case in cases:
             result = scenario.run(case, ctx)
-            writer.add_rows(result.rows)
-            for rec in result.ooms:
-                writer.add_oom(rec)
+            if writer is not None:
+                writer.add_rows(result.rows)
+                for rec in result.ooms:
+                    writer.add_oom(rec)
             rows += result.rows
+    if writer is None:
+        return None
     # Every run directory gets its figures (SPEC §9). The run is complete and valid by now, so a figure that
     # cannot be drawn is a warning, not a failed run (plot_run itself skips figures that have no data).
     try:

@@ -40,6 +40,9 @@ class RunContext:
         kernel_config: `kernel_config(kernel, static_key, batch, default) -> (config, source)`: the
             autotuned config from the run's cache (nearest batch bucket) per the run's autotune level,
             else `default` with source `default` (SPEC §8).
+        bench_group: in a run spread over a `torch.distributed` group (pd-roundtrip's `dist` transport),
+            `bench_group(fn) -> Timing`, called by every process at once with its part of the work; each
+            sample is the slowest process's, and every process gets the same Timing. None otherwise.
     """
 
     device: str
@@ -56,6 +59,7 @@ class RunContext:
     time_cases: bool = True
     repro: Callable[[dict[str, Any]], str] = lambda opts: ""
     kernel_config: Callable[..., tuple[dict[str, Any], str]] = lambda kernel, key, batch, default: (dict(default), "default")
+    bench_group: Callable[..., Any] | None = None
 
 
 @dataclass

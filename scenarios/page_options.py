@@ -385,17 +385,23 @@ def timing_fields(ctx: RunContext, fn: Callable[[], None], *, bytes_moved: int, 
                   ceiling: str) -> dict[str, Any]:
     """Time `fn` with the run's timer and derive GB/s, tokens/s and % of the `ceiling` measured in this
     run (`cpu-memcpy` on a CPU run, whose timings are CPU timings)."""
-    t = ctx.bench(fn)
+    name = ceiling if ceiling in ctx.ceilings else "cpu-memcpy"
+    return measured_fields(ctx.bench(fn), bytes_moved=bytes_moved, tokens=tokens, ceiling_name=name,
+                           ceiling_gbps=ctx.ceilings.get(name, {}).get("gbps"))
+
+
+def measured_fields(t: Any, *, bytes_moved: int, tokens: int, ceiling_name: str, ceiling_gbps: float | None
+                    ) -> dict[str, Any]:
+    """A row's timing fields from a Timing `t`, with GB/s, tokens/s and % of the ceiling (when known)."""
     seconds = t.median_us * 1e-6
     fields: dict[str, Any] = dict(
         timer=t.timer, samples=t.n_samples, median_us=t.median_us, p20_us=t.p20_us, p80_us=t.p80_us,
         noise_pct=t.noise_pct, bytes_moved=bytes_moved, achieved_gbps=bytes_moved / seconds / 1e9,
         tokens_per_s=tokens / seconds,
     )  # fmt: skip
-    name = ceiling if ceiling in ctx.ceilings else "cpu-memcpy"
-    gbps = ctx.ceilings.get(name, {}).get("gbps")
-    if gbps:
-        fields.update(ceiling_name=name, ceiling_gbps=gbps, ceiling_pct=100 * fields["achieved_gbps"] / gbps)
+    if ceiling_gbps:
+        fields.update(ceiling_name=ceiling_name, ceiling_gbps=ceiling_gbps,
+                      ceiling_pct=100 * fields["achieved_gbps"] / ceiling_gbps)
     return fields
 
 
@@ -422,10 +428,9 @@ def state_page_row(case: PageCase, ctx: RunContext, result: CaseResult, *,
         return
     p, d = case.tp_prefill, case.tp_decode
     row = page_row(case, ctx, family=g.family, backend="torch", direction="roundtrip", layers=g.layers, repro=repro)
-    bad = [t for t in (p, d) if g.key_heads % t or g.value_heads % t]
-    if bad:
-        row.update(status="unsupported", reason=f"the state page splits SSM heads over the ranks: TP {bad[0]} does "
-                                                f"not divide {g.key_heads} key / {g.value_heads} value heads")
+    unsupported = state_page_support(g, p, d)
+    if unsupported:
+        row.update(status="unsupported", reason=unsupported)
         result.rows.append(row)
         return
     with ctx.oom_guard() as guard:
@@ -438,14 +443,30 @@ def state_page_row(case: PageCase, ctx: RunContext, result: CaseResult, *,
     result.rows.append(row)
 
 
+def state_page_support(g: SSMGeometry, p: int, d: int) -> str:
+    """Why TP `p` -> `d` cannot carry the state page ("" when it can)."""
+    bad = [t for t in (p, d) if g.key_heads % t or g.value_heads % t]
+    if not bad:
+        return ""
+    return f"the state page splits SSM heads over the ranks: TP {bad[0]} does not divide {g.key_heads} key / " \
+           f"{g.value_heads} value heads"
+
+
+def rank_states(ctx: RunContext, g: SSMGeometry, tp: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Random accepted states of one request on every rank of TP `tp`, as `snapshot` returns them (ssm
+    `[1, L, HV / tp, K, V]` fp32, conv `[1, L, conv_dim / tp, kernel - 1]` bf16); the same from the same seed."""
+    gen = generator(ctx, 7)
+    hv = g.value_heads // tp
+    local_conv = 2 * (g.key_heads // tp) * g.head_k_dim + hv * g.head_v_dim
+    ssm = [random_bits((1, g.layers, hv, g.head_k_dim, g.head_v_dim), STATE_DTYPE, gen, ctx.device) for _ in range(tp)]
+    conv = [random_bits((1, g.layers, local_conv, g.conv_kernel - 1), ACT_DTYPE, gen, ctx.device) for _ in range(tp)]
+    return ssm, conv
+
+
 def _state_roundtrip(case: PageCase, ctx: RunContext, g: SSMGeometry,
                      make_pages: Callable[[int], torch.Tensor]) -> tuple[Checks, str]:
     p, d = case.tp_prefill, case.tp_decode
-    gen = generator(ctx, 7)
-    hv = g.value_heads // p
-    local_conv = 2 * (g.key_heads // p) * g.head_k_dim + hv * g.head_v_dim
-    ssm = [random_bits((1, g.layers, hv, g.head_k_dim, g.head_v_dim), STATE_DTYPE, gen, ctx.device) for _ in range(p)]
-    conv = [random_bits((1, g.layers, local_conv, g.conv_kernel - 1), ACT_DTYPE, gen, ctx.device) for _ in range(p)]
+    ssm, conv = rank_states(ctx, g, p)
     page = pack_state_pages(ssm, conv, g, p)[0]
     layout = StatePageLayout.of(g, STATE_DTYPE, ACT_DTYPE)
     one_page = page_bytes(case.attn, case.page_size)

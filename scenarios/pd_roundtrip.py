@@ -2,10 +2,12 @@
 imports it, for every TP pair asked; GQA and MLA; the hybrid state page too (SPEC §4, §6; contracts 4
 and 5).
 
-On one GPU both groups are simulated ranks (head slices) over the same page tensor: each prefill rank
-writes its head slice, one rank per replicated slice (MLA: rank 0 alone), and every decode rank reads
-its slice at its own degree (MLA: every rank the whole latent). Across GPUs the page tensor would be
-what NCCL sends through `torch.distributed`; that transport is not part of this scenario yet.
+Two transports (`--transport`). `local` (the default, this module): both groups are simulated ranks
+(head slices) in one process over the same page tensor: each prefill rank writes its head slice, one
+rank per replicated slice (MLA: rank 0 alone), and every decode rank reads its slice at its own degree
+(MLA: every rank the whole latent). `dist` (scenarios/pd_dist.py): the ranks are processes of one
+`torch.distributed` group (NCCL on GPUs, gloo on CPUs), each side with its own pages, and the head
+slices travel between them; what follows describes the local transport.
 
 Equivalence, per backend, at the case's page size P (`--page-tokens`) with every layer of the preset;
 pools hold random non-zero bytes (replica ranks other random bytes than their writer, so a second
@@ -34,64 +36,47 @@ request's KV pages, read back and unpacked at TP d, byte-exact (see `page_option
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from scenarios import page_options as po
 from scenarios.base import CaseResult, RunContext
+from scenarios import pd_dist
 from scenarios.page_tuning import kernel_name, launch_config
+from scenarios.pd_layout import Layout
 from states.kv_pool import KVPool, copy_group, page_rows
 from states.pd_pages import PDPagePool
 
-SPARE_SLOTS = 2  # pool slots no request uses (contract 5)
 PAGE_DIMS = ("token", "layer", "head")
 POOL_DIMS = ("rank", "layer", "token", "head")
 ROW_DIRECTION = {"to_pages": "export", "to_pool": "import"}
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Slots and pages of the compared roundtrip (module docstring); slots in token order."""
-
-    P: int
-    tail: int  # tokens of A's partial last page
-    src: dict[str, torch.Tensor]  # A, B -> prefill pool slots
-    dst: dict[str, torch.Tensor]  # A, B -> decode pool slots
-    page: dict[str, int]  # a0, a1, b1, spare -> PD page id
-    tokens: int  # slots of each pool
-
-    @classmethod
-    def make(cls, P: int, gen: torch.Generator) -> Layout:
-        tail = P // 2 + 1
-        sizes = {"A": P + tail, "B": 2 * P}
-        tokens = sum(sizes.values()) + SPARE_SLOTS
-        src, dst = po.scatter_slots(sizes, tokens, gen), po.scatter_slots(sizes, tokens, gen)
-        page = dict(zip(("a0", "a1", "b1", "spare"), torch.randperm(4, generator=gen).tolist(), strict=True))
-        return cls(P, tail, src, dst, page, tokens)
-
-    def ids(self) -> list[torch.Tensor]:
-        """Page ids of A [a0, a1] and B [-1 (not sent), b1]."""
-        p = self.page
-        return [torch.tensor([p["a0"], p["a1"]]), torch.tensor([-1, p["b1"]])]
-
-
 class PdRoundtrip:
     name = "pd-roundtrip"
     help = ("Prefill at TP p writes KV into PD staging pages, decode at TP d reads it (every TP pair asked), "
-            "GQA and MLA: byte-exact, untouched memory checked; GB/s vs the device-to-device ceiling.")
+            "GQA and MLA: byte-exact, untouched memory checked; GB/s vs the device-to-device ceiling. "
+            "--transport local simulates every rank in this process; --transport dist runs the ranks as processes "
+            "of one torch.distributed group (NCCL on --device cuda, one GPU per process; gloo on CPU), started "
+            "by --nproc N or by torchrun: prefill rank i in process i, decode rank j in process N-1-j, so the "
+            "sides are disjoint when p + d <= N and share the middle processes otherwise; a pair needs max(p, d) "
+            "processes. Transfer rows are judged against the link ceiling (the same bytes by plain send/recv).")
     families = ("gqa", "mla")
 
     def plan(self, options: dict[str, Any]) -> list[po.PageCase]:
-        return po.plan_pd_roundtrip(self.name, options)
+        cases = po.plan_pd_roundtrip(self.name, options)
+        pd_dist.check_transport(options, cases)
+        return cases
 
     def run(self, case: po.PageCase, ctx: RunContext) -> CaseResult:
-        result = CaseResult()
         g, P = case.attn, case.page_size
         p, d = case.tp_prefill, case.tp_decode
-        layout = Layout.make(P, torch.Generator().manual_seed(ctx.seed * 37 + P + 100 * p + d))
         repro = {"preset": case.preset, "page_tokens": str(P), "tp_pairs": f"{p}:{d}"}
+        if case.options.get("transport") == "dist":
+            return pd_dist.run_case(case, ctx, lambda backend, t: _launch(case, ctx, backend, t), repro)
+        result = CaseResult()
+        layout = Layout.make(P, torch.Generator().manual_seed(ctx.seed * 37 + P + 100 * p + d))
         with ctx.oom_guard() as guard:
             kv, src = po.source_group(g, layout.tokens, p, po.generator(ctx, P + p), ctx.device)
             before = [pool.kv.clone() for pool in src]

@@ -245,6 +245,30 @@ def copy_group(
             copy(p.kv, pages, table, ids, parts=p.parts, head_start=p.shard.head_start, validate=False, **launch)
 
 
+def copy_rank(
+    pool: KVPool,
+    pages: torch.Tensor,
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    direction: str,
+    backend: str,
+    launch: dict[str, int] | None = None,
+) -> None:
+    """`copy_group` for the one rank a process holds (the other ranks of its TP group live in other
+    processes): checked first, then copied; a replica rank (`HeadShard.writes` False) writes no pages."""
+    copy = page_copy(direction, backend)
+    launch = launch or {}
+    if launch and backend != "triton":
+        raise ValueError(f"launch parameters {sorted(launch)} apply to the triton backend only")
+    table, ids = table.to(pool.kv.device), ids.to(pool.kv.device)
+    to_pages = direction == "to_pages"
+    start = pool.shard.head_start
+    check_page_copy(pool.kv, pages, table, ids, parts=pool.parts, head_start=start, to_pages=to_pages)
+    if pool.shard.writes or not to_pages:
+        copy(pool.kv, pages, table, ids, parts=pool.parts, head_start=start, validate=False, **launch)
+
+
 def group_traffic(
     pools: list[KVPool], table: torch.Tensor, ids: torch.Tensor, *, direction: str, host: bool, staged: bool = False
 ) -> PageTraffic:

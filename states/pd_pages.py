@@ -5,8 +5,10 @@ global head numbering, so prefill at TP p and decode at TP d agree on it for any
 multiply the heads. The prefill group writes (each rank its head slice; one rank per replicated
 slice; MLA: rank 0 only) and the decode group reads (every rank its slice; MLA: every rank the whole
 latent). A request of `n` tokens fills `ceil(n / page_tokens)` pages, a partial last page from its
-first position. On one device both groups are simulated ranks over the same pages; across devices
-the page tensor is what NCCL sends.
+first position. On one device both groups are simulated ranks over the same pages (`write`, `read`).
+Across processes each side keeps its own pages, each rank writes or reads only its slice
+(`write_rank`, `read_rank`), and `states/pd_transport.py` moves the slices between them (`kv_field`,
+`head_blocks`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ from __future__ import annotations
 import torch
 
 from states.geometry import AttnGeometry
-from states.kv_pool import KVPool, PageTraffic, check_page_pool, copy_group, group_traffic, kv_parts, page_rows
+from states.kv_pool import (
+    KVPool,
+    PageTraffic,
+    check_page_pool,
+    copy_group,
+    copy_rank,
+    group_traffic,
+    head_shard,
+    kv_parts,
+    page_rows,
+)
+from states.pd_transport import Field
 
 DEFAULT_PAGE_TOKENS = 1024
 
@@ -57,6 +70,32 @@ class PDPagePool:
         # The kernels take pages layer-major; the token-major page is the same memory transposed.
         layer_major = self.pages.transpose(1, 2)
         copy_group(pools, layer_major, table, ids, direction=direction, backend=backend, launch=launch)
+
+    def write_rank(self, pool: KVPool, token_slots: torch.Tensor | list[torch.Tensor],
+                   page_ids: torch.Tensor | list[torch.Tensor], *, backend: str = "triton", **launch: int) -> None:
+        """`write` for the one prefill rank of this process: its head slice (nothing for a replica)."""
+        table, ids = self._rows([pool], token_slots, page_ids)
+        copy_rank(pool, self.pages.transpose(1, 2), table, ids, direction="to_pages", backend=backend, launch=launch)
+
+    def read_rank(self, pool: KVPool, token_slots: torch.Tensor | list[torch.Tensor],
+                  page_ids: torch.Tensor | list[torch.Tensor], *, backend: str = "triton", **launch: int) -> None:
+        """`read` for the one decode rank of this process: its head slice into its pool."""
+        table, ids = self._rows([pool], token_slots, page_ids)
+        copy_rank(pool, self.pages.transpose(1, 2), table, ids, direction="to_pool", backend=backend, launch=launch)
+
+    def head_blocks(self, page_ids: list[int]) -> list[torch.Tensor]:
+        """Views `[run, page_tokens, L, parts, H_global, D]` of the listed pages, one per run of consecutive
+        ids (the blocks of `kv_field`; head axis `KV_HEAD_AXIS`)."""
+        ids = sorted(set(page_ids))
+        if not ids or ids[0] < 0 or ids[-1] >= self.pages.shape[0]:
+            raise ValueError(f"page ids must be in [0, {self.pages.shape[0]}), got {page_ids}")
+        runs, start = [], 0
+        for k in range(1, len(ids) + 1):
+            if k == len(ids) or ids[k] != ids[k - 1] + 1:
+                runs.append((ids[start], ids[k - 1] + 1))
+                start = k
+        parts = kv_parts(self.geometry)
+        return [self.pages[a:b].unflatten(3, (parts, self.geometry.kv_heads)) for a, b in runs]
 
     def write(
         self,
@@ -105,3 +144,19 @@ class PDPagePool:
         """
         table, ids = self._rows(pools, token_slots, page_ids)
         return group_traffic(pools, table, ids, direction=direction, host=False)
+
+
+KV_HEAD_AXIS = 4  # of a `head_blocks` view: [pages, page_tokens, L, parts, H_global, D]
+
+
+def kv_field(geometry: AttnGeometry, tp_prefill: int, tp_decode: int) -> Field:
+    """How PD pages split between prefill TP p and decode TP d: each prefill rank that writes (one per
+    replicated slice; MLA: rank 0) owns its head slice, each decode rank needs its own."""
+
+    def heads(tp: int, rank: int) -> tuple[int, int]:
+        shard = head_shard(geometry, tp, rank)
+        return shard.head_start, shard.head_start + shard.local_heads
+
+    src = tuple(heads(tp_prefill, i) if head_shard(geometry, tp_prefill, i).writes else None
+                for i in range(tp_prefill))
+    return Field("kv", KV_HEAD_AXIS, src, tuple(heads(tp_decode, j) for j in range(tp_decode)))

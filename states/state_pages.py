@@ -10,17 +10,21 @@ At TP t a rank holds `H / t` key heads and `HV / t` value heads: its conv channe
 `[q heads | k heads | v heads]` of its own slice, so the global conv order is
 `[q of rank 0 .. t-1 | k of rank 0 .. t-1 | v of rank 0 .. t-1]`, and its state is value heads
 `[r * HV / t, (r + 1) * HV / t)`. `pack_state_pages` takes every simulated rank's `snapshot` tensors
-at one TP degree; `unpack_state_pages` gives every rank's `load` tensors at another.
+at one TP degree; `unpack_state_pages` gives every rank's `load` tensors at another. Across processes
+each rank packs or unpacks only its own heads (`pack_rank_state`, `unpack_rank_state`), and
+`state_fields` names the head-split parts a transport moves (`states/pd_transport.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 
 from states.geometry import SSMGeometry
+from states.pd_transport import Field
 
 ALIGN = 16
 
@@ -74,13 +78,83 @@ def _local_heads(geometry: SSMGeometry, tp: int) -> tuple[int, int]:
     return geometry.key_heads // tp, geometry.value_heads // tp
 
 
-def _conv_ranges(geometry: SSMGeometry, tp: int, rank: int) -> list[tuple[int, int, int]]:
-    """`(local channel, global channel, width)` of the q, k and v blocks of one rank."""
+# The parts of a state page that TP splits, each by heads along axis HEAD_AXIS of its view.
+STATE_FIELDS = ("conv_q", "conv_k", "conv_v", "ssm")
+HEAD_AXIS = 2
+
+
+def state_fields(geometry: SSMGeometry, conv: torch.Tensor, ssm: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Head-split views of a conv window and a state, global (a page) or one rank's (a snapshot).
+
+    Args:
+        geometry: the SSM geometry whose head counts `conv` and `ssm` hold (global, or one rank's).
+        conv: `[n, L, conv_channels, kernel - 1]`, channels q | k | v.
+        ssm: `[n, L, HV, K, V]`.
+
+    Returns:
+        `conv_q`, `conv_k` `[n, L, H, K, kernel - 1]`, `conv_v` `[n, L, HV, V, kernel - 1]` and `ssm`
+        `[n, L, HV, K, V]`: views sharing memory with the inputs, heads on axis `HEAD_AXIS`.
+    """
     g = geometry
-    h, hv = _local_heads(g, tp)
-    qk, v = h * g.head_k_dim, hv * g.head_v_dim
-    total_qk = g.key_heads * g.head_k_dim
-    return [(0, rank * qk, qk), (qk, total_qk + rank * qk, qk), (2 * qk, 2 * total_qk + rank * v, v)]
+    qk = g.key_heads * g.head_k_dim
+    q, k, v = conv.split([qk, qk, g.value_heads * g.head_v_dim], dim=2)
+    key = (g.key_heads, g.head_k_dim)
+    return {"conv_q": q.unflatten(2, key), "conv_k": k.unflatten(2, key),
+            "conv_v": v.unflatten(2, (g.value_heads, g.head_v_dim)), "ssm": ssm}
+
+
+def rank_heads(geometry: SSMGeometry, tp: int, rank: int, field: str) -> tuple[int, int]:
+    """`[start, stop)` of the global heads of `field` that rank `rank` of TP `tp` holds."""
+    h, hv = _local_heads(geometry, tp)
+    if not 0 <= rank < tp:
+        raise ValueError(f"rank {rank} is not a rank of TP {tp}")
+    n = h if field in ("conv_q", "conv_k") else hv
+    return rank * n, (rank + 1) * n
+
+
+def local_geometry(geometry: SSMGeometry, tp: int) -> SSMGeometry:
+    """The heads one rank of TP `tp` holds."""
+    h, hv = _local_heads(geometry, tp)
+    return dataclasses.replace(geometry, key_heads=h, value_heads=hv)
+
+
+def _page_fields(layout: StatePageLayout, pages: torch.Tensor) -> dict[str, torch.Tensor]:
+    conv, ssm = layout.views(pages)
+    return state_fields(layout.geometry, conv, ssm)
+
+
+def state_transport(layout: StatePageLayout, tp_prefill: int, tp_decode: int, pages: torch.Tensor | None
+                    ) -> tuple[list[Field], list[list[torch.Tensor]] | None]:
+    """How state pages split between prefill TP p and decode TP d (every rank owns its heads of each
+    part), and the blocks of `pages` (`[n, nbytes]` uint8, or None) in the same order."""
+    g = layout.geometry
+    fields = [Field(name, HEAD_AXIS, tuple(rank_heads(g, tp_prefill, i, name) for i in range(tp_prefill)),
+                    tuple(rank_heads(g, tp_decode, j, name) for j in range(tp_decode))) for name in STATE_FIELDS]
+    if pages is None:
+        return fields, None
+    views = _page_fields(layout, pages)
+    return fields, [[views[name]] for name in STATE_FIELDS]
+
+
+def pack_rank_state(pages: torch.Tensor, layout: StatePageLayout, tp: int, rank: int, ssm: torch.Tensor,
+                    conv: torch.Tensor) -> None:
+    """Write one rank's accepted state (`[n, L, HV / tp, K, V]`, `[n, L, conv_dim_local, kernel - 1]`)
+    into its heads of state pages `[n, nbytes]`; every other byte is left as it was."""
+    local = state_fields(local_geometry(layout.geometry, tp), conv, ssm)
+    for name, view in _page_fields(layout, pages).items():
+        start, stop = rank_heads(layout.geometry, tp, rank, name)
+        view.narrow(HEAD_AXIS, start, stop - start).copy_(local[name])
+
+
+def unpack_rank_state(pages: torch.Tensor, layout: StatePageLayout, tp: int, rank: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One rank's `load` tensors `(ssm, conv)` at TP `tp` from state pages, fresh and contiguous."""
+    part = {}
+    for name, view in _page_fields(layout, pages).items():
+        start, stop = rank_heads(layout.geometry, tp, rank, name)
+        part[name] = view.narrow(HEAD_AXIS, start, stop - start)
+    conv = torch.cat([part[name].flatten(2, 3) for name in ("conv_q", "conv_k", "conv_v")], dim=2)
+    return part["ssm"].clone(), conv
 
 
 def pack_state_pages(
@@ -129,11 +203,8 @@ def pack_state_pages(
             f"out must be uint8 [{n}, {layout.nbytes}] with contiguous rows on {device}, "
             f"got {out.dtype} {list(out.shape)} on {out.device}"
         )
-    conv_page, ssm_page = layout.views(out)
     for r in range(tp):
-        for local, glob, width in _conv_ranges(g, tp, r):
-            conv_page[:, :, glob : glob + width] = conv[r][:, :, local : local + width]
-        ssm_page[:, :, r * hv : (r + 1) * hv] = ssm[r]
+        pack_rank_state(out, layout, tp, r, ssm[r], conv[r])
     return out
 
 
@@ -155,20 +226,15 @@ def unpack_state_pages(
         `(ssm, conv)`: per rank, `[n, L, HV / tp, K, V]` state dtype and
         `[n, L, conv_dim_local, kernel - 1]` activation dtype, fresh contiguous tensors on `pages`' device.
     """
-    _, hv = _local_heads(geometry, tp)
+    _local_heads(geometry, tp)
     layout = StatePageLayout.of(geometry, state_dtype, act_dtype)
     if pages.dtype != torch.uint8 or pages.dim() != 2 or pages.shape[1] != layout.nbytes or pages.stride(1) != 1:
         raise ValueError(
             f"state pages must be uint8 [n, {layout.nbytes}] with contiguous rows, "
             f"got {pages.dtype} {list(pages.shape)}"
         )
-    conv_page, ssm_page = layout.views(pages)
-    ssm = [ssm_page[:, :, r * hv : (r + 1) * hv].clone() for r in range(tp)]
-    conv = [
-        torch.cat([conv_page[:, :, glob : glob + width] for _, glob, width in _conv_ranges(geometry, tp, r)], dim=2)
-        for r in range(tp)
-    ]
-    return ssm, conv
+    ranks = [unpack_rank_state(pages, layout, tp, r) for r in range(tp)]
+    return [s for s, _ in ranks], [c for _, c in ranks]
 
 
 def _byte_pages(pages: torch.Tensor, page_ids: list[int], nbytes: int) -> torch.Tensor:
