@@ -2,7 +2,7 @@
 
 Vocabulary:
 
-* a **config** is a dict of launch meta-parameters, e.g. `{"BV": 32, "num_warps": 4, "num_stages": 2}`;
+* a **config** is a dict of launch meta-parameters, e.g. `{"BV": 32, "num_warps": 4, "num_stages": 1}`;
   a kernel declares its candidates with `config_space(...)` and a default config;
 * the **static key** is a dict of everything that changes which config is best and is fixed for a
   run (family, mode, geometry, dtypes, width, history length, ...); the **run key** is the batch,

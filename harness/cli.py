@@ -76,7 +76,7 @@ CompactCommit = Annotated[str | None, typer.Option(
     help="comma list of compact variants (default both): accept (commit replays the accepted records in one launch at accept) | "
          "deferred (the next forward of each layer applies them from the tile it loads anyway)")]
 ReplayForward = Annotated[str | None, typer.Option(
-    help="comma list of replay forward variants (default inline): inline (token by token) | precompute (the round's projections "
+    help="comma list of replay forward variants (default both): inline (token by token) | precompute (the round's projections "
          "as matrix products on tensor cores; compared by tolerance only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]

@@ -17,7 +17,7 @@ from states.base import ACT_DTYPES, MODE_VARIANTS, STATE_DTYPES
 
 SSM_BACKENDS = ("torch", "triton", "fla")
 # The variants a run compares when --compact-commit / --replay-forward are not given.
-RUN_VARIANTS = {"compact": ("accept", "deferred"), "replay": ("inline",)}
+RUN_VARIANTS = {"compact": ("accept", "deferred"), "replay": ("inline", "precompute")}
 
 
 def split_list(value: str | list | tuple | None, what: str) -> list[str]:

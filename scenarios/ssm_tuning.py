@@ -28,7 +28,7 @@ from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
-STEP, CONV = "step", "conv"
+STEP, CONV, PRECOMPUTE = "step", "conv", "replay-precompute"
 STEP_MEMBERS = ("native-round", "compact-accept-round", "compact-deferred-round", "replay-round")
 
 
@@ -39,7 +39,7 @@ def static_key(geom: SSMGeometry, cfg: StateConfig, config_class: str) -> dict[s
         "V": geom.head_v_dim, "conv_dim": geom.conv_dim, "state": DTYPE_NAMES[cfg.state_dtype],
         "act": DTYPE_NAMES[cfg.act_dtype], "W": cfg.width,
     }
-    if config_class == STEP:  # the replay forward is a member: its history shapes the registers
+    if config_class in (STEP, PRECOMPUTE):  # replay forwards are members: their history shapes the registers
         key.update(Lh=cfg.history_len, hist=DTYPE_NAMES[cfg.history_dtype])
     return key
 
@@ -75,6 +75,7 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
 
 def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
     from kernels.ssm.configs import config_space, default_configs
+    from kernels.ssm.replay_precompute import DEFAULT_PRECOMPUTE_CONFIG, precompute_supported
 
     dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
     defaults = default_configs(**dims)
@@ -84,6 +85,11 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
     # the step class's members: (pool name, mode, variant); each is timed on one round of its own pool
     members = {"native-round": ("native", ""), "compact-accept-round": ("compact", "accept"),
                "compact-deferred-round": ("compact", "deferred"), "replay-round": ("replay", "")}
+    with_precompute = precompute_supported(geom.head_k_dim, geom.head_v_dim) is None
+    if with_precompute:  # timed alone (its own class), on its own pool
+        members_all = {**members, "replay-precompute-round": ("replay", "precompute")}
+    else:
+        members_all = members
 
     def build(bucket: int) -> dict[str, Any]:
         wl = build_workload(geom, batch=bucket, drafts=cfg.drafts, rounds=rounds, state_dtype=cfg.state_dtype,
@@ -94,8 +100,10 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
         for mode in ("native", "replay"):
             st, slots = _fresh(geom, wl, torch_cfg, mode, "", None)
             ref[mode] = [_round(st, slots, wl, r) for r in range(rounds)]
-        pools = {name: _fresh(geom, wl, cfg, mode, variant, defaults) for name, (mode, variant) in members.items()}
-        for name in ("compact-deferred-round", "replay-round"):  # pending records / history before timing
+        pools = {name: _fresh(geom, wl, cfg, mode, variant, defaults) for name, (mode, variant) in members_all.items()}
+        for name in ("compact-deferred-round", "replay-round", "replay-precompute-round"):  # records before timing
+            if name not in pools:
+                continue
             st, slots = pools[name]
             for r in range(rounds):
                 _round(st, slots, wl, r)
@@ -135,12 +143,35 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
         worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"]["native"], strict=True))
         return worst <= bound, f"native vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
 
-    key = {c: static_key(geom, cfg, c) for c in (STEP, CONV)}
-    return [
+    def check_precompute(config: dict, inputs: dict) -> tuple[bool, str]:
+        outs, _ = rollout(inputs, "replay", "precompute", {PRECOMPUTE: config})
+        worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"]["replay"], strict=True))
+        return worst <= bound, f"replay precompute vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
+
+    key = {c: static_key(geom, cfg, c) for c in (STEP, CONV, PRECOMPUTE)}
+    jobs = [
         TuneJob(STEP, key[STEP], batch, config_space(STEP, **dims), defaults[STEP], build,
                 {name: run_member(name, STEP) for name in members}, check_step, members=STEP_MEMBERS),
         TuneJob(CONV, key[CONV], batch, config_space(CONV, **dims), defaults[CONV], build,
                 run_member("native-round", CONV), check_conv),
+    ]
+    if with_precompute:
+        jobs.append(TuneJob(PRECOMPUTE, key[PRECOMPUTE], batch, precompute_space(geom), dict(DEFAULT_PRECOMPUTE_CONFIG),
+                            build, run_member("replay-precompute-round", PRECOMPUTE), check_precompute))
+    return jobs
+
+
+def precompute_space(geom: SSMGeometry) -> list[dict]:
+    """`replay-precompute` candidates: BV up to V (at least one 16-wide tile), warps that leave each
+    thread 4 to 128 values of the `[K, BV]` block."""
+    from kernels.ssm.replay_precompute import PRECOMPUTE_AXES
+
+    bk = 1 << (geom.head_k_dim - 1).bit_length()
+    return [
+        {"BV": bv, "num_warps": nw, "num_stages": ns}
+        for bv in PRECOMPUTE_AXES["BV"] if bv <= max(16, 1 << (geom.head_v_dim - 1).bit_length())
+        for nw in PRECOMPUTE_AXES["num_warps"] if 4 <= bk * bv // (32 * nw) <= 128
+        for ns in PRECOMPUTE_AXES["num_stages"]
     ]
 
 

@@ -21,6 +21,13 @@ import torch
 from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, seq_sum
 from kernels.ssm.configs import STEP, Config, check_config, default_configs
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
+from kernels.ssm.replay_precompute import (
+    DEFAULT_PRECOMPUTE_CONFIG,
+    REPLAY_PRECOMPUTE,
+    check_precompute_config,
+    precompute_supported,
+    replay_precompute_forward,
+)
 from states.base import DTYPE_NAMES, Round, SSMState, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
@@ -28,7 +35,12 @@ from states.params import SSMParams, TokenInputs
 
 class ReplayState(SSMState):
     """Replay pool. On the triton backend `kernel_configs` holds `{config class: config}` for `step`
-    (forward and folds, which must run native's block shape) and `conv`."""
+    (the inline forward and every fold, which must run native's block shape), `replay-precompute`
+    (the precompute forward) and `conv`.
+
+    Variants: `inline` folds inside each layer's forward; `precompute` runs the round's projections
+    on tensor cores with its own block shape, so a layer's folds run just before it in a fold launch
+    with the step config. The torch backend computes both with the same reference formula."""
 
     mode = "replay"
 
@@ -47,6 +59,10 @@ class ReplayState(SSMState):
             raise ValueError(f"history length {Lh} is shorter than the verify width W = {cfg.width}")
         if cfg.history_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"history dtype must be fp32 or bf16, got {DTYPE_NAMES.get(cfg.history_dtype)}")
+        if cfg.mode_variant == "precompute" and cfg.backend == "triton":
+            why = precompute_supported(geom.head_k_dim, geom.head_v_dim)
+            if why:
+                raise ValueError(why)
 
     def _allocate(self) -> None:
         g, cfg = self.geom, self.cfg
@@ -66,10 +82,14 @@ class ReplayState(SSMState):
                                 self.raw_beta, self.cursor)
         # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
         self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
+        if cfg.mode_variant == "precompute":
+            self.kernel_configs[REPLAY_PRECOMPUTE] = dict(DEFAULT_PRECOMPUTE_CONFIG)
 
     def set_kernel_configs(self, configs: dict[str, Config]) -> None:
         """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
+        checked = {c: check_precompute_config(cfg) if c == REPLAY_PRECOMPUTE else check_config(c, cfg)
+                   for c, cfg in configs.items()}
+        self.kernel_configs = {**self.kernel_configs, **checked}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -212,10 +232,16 @@ class ReplayState(SSMState):
 
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, g = self.params, self.geom
+        qkv = self._conv_triton(layer, inputs, rnd)
+        if self.cfg.mode_variant == "precompute":
+            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[STEP], layer=layer)
+            return replay_precompute_forward(
+                self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
+                rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
+            )
         return replay_forward(
-            self._pool, layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b, p.A_log[layer],
-            p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens, self._fold_from, self.kernel_configs[STEP],
-            g.lower_bound,
+            self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
+            rnd.cu_seqlens, self._fold_from, self.kernel_configs[STEP], g.lower_bound,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:

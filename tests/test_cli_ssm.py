@@ -37,7 +37,8 @@ def test_decode_default_run(tmp_path):
     for name in RUN_FILES:
         assert (run_dir / name).exists(), name
     df = pd.read_csv(run_dir / "throughput.csv")
-    assert list(df["mode"]) == ["native", "compact", "replay"]
+    assert list(df["mode"]) == ["native", "compact", "replay", "replay"]
+    assert list(df["variant"].fillna("")) == ["", "accept", "inline", "precompute"]
     compact = df[df["mode"] == "compact"].iloc[0]
     assert compact["status"] == "unsupported" and "needs drafts" in compact["reason"]
     assert set(df[df["mode"] != "compact"]["status"]) == {"passed"}
@@ -68,7 +69,7 @@ def test_mtp_dynamic_and_json_output(tmp_path):
     result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert len(data["rows"]) == 8 and {r["batch"] for r in data["rows"]} == {2, 3}  # 4 variants x 2 batches
+    assert len(data["rows"]) == 10 and {r["batch"] for r in data["rows"]} == {2, 3}  # 5 variants x 2 batches
 
 
 @pytest.mark.parametrize(
@@ -112,7 +113,7 @@ def test_trace_in_and_dump_out(tmp_path):
     run = load_run(_single_run(out))
     assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
     files = sorted(dump.rglob("round-*.pt"))
-    assert len(files) == 4 * 4  # native, compact (accept, deferred), replay; four rounds
+    assert len(files) == 5 * 4  # native, compact (accept, deferred), replay (inline, precompute); four rounds
     item = torch.load(files[-1], weights_only=True)
     assert {"outputs", "widths", "accepted", "ssm", "conv"} <= set(item)
 
@@ -150,7 +151,7 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     assert set(run.throughput["status"]) == {"passed"}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
-    assert len(restored) == 16 * 3  # every ordered pair of the four variants x (o, ssm, conv)
+    assert len(restored) == 25 * 3  # every ordered pair of the five variants x (o, ssm, conv)
     assert restored[("native/torch restored from compact", "o")].bitwise_equal
     assert restored[("compact/torch restored from native", "ssm")].bitwise_equal
     # a deferred snapshot carries its pending records into the committed state it hands out

@@ -27,10 +27,10 @@ def test_tune_then_run_uses_the_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache.json"
     out = run_autotune("ssm", {"batch": "2", "drafts": 1, "level": "force", "autotune_cache": str(cache),
                                "warmup": 0, "rep": 1}, argv=["test"], out_root=tmp_path)
-    assert {c["kernel"] for c in out.choices} == {"step", "conv"}
+    assert {c["kernel"] for c in out.choices} == {"step", "conv", "replay-precompute"}
     assert all(c["source"] == "tuned" for c in out.choices)
     records = pd.read_json(out.path / "autotune.jsonl", lines=True)
-    assert len(records) == 4 and set(records["status"]) == {"ok"}
+    assert len(records) == 6 and set(records["status"]) == {"ok"}
     assert json.loads(cache.read_text())["entries"]
 
     run = run_scenario("mtp-fixed", {"backend": "triton", "drafts": 1, "batch": "2", "rounds": 2,

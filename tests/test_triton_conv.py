@@ -121,7 +121,7 @@ def test_config_spaces_hold_their_defaults(dims):
 
 def test_real_geometry_default_is_fla_kda_block():
     assert default_config(STEP, head_k_dim=128, head_v_dim=128, conv_dim=8192) == {"BV": 32, "num_warps": 4,
-                                                                                 "num_stages": 2}
+                                                                                 "num_stages": 1}
 
 
 def test_check_config_rejects_unknown_class_and_values():

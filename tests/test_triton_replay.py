@@ -20,6 +20,7 @@ from kernels.common.triton_cpu import interpreting
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward
+from kernels.ssm.replay_precompute import replay_precompute_forward
 from states import make_state
 from states.base import StateConfig
 from states.params import make_params, make_token_inputs
@@ -56,10 +57,12 @@ class Case:
     widths: str  # fixed | dynamic (idle rows included)
     step_bv: int = 16
     materialize_at: int | None = None  # round after which both backends materialize
+    variant: str = "inline"
 
     def __str__(self) -> str:
         name = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-        return f"{self.preset}-state_{name[self.state_dtype]}-hist_{name[self.history_dtype]}-{self.widths}-bv{self.step_bv}"
+        return (f"{self.preset}-state_{name[self.state_dtype]}-hist_{name[self.history_dtype]}-{self.widths}-"
+                f"bv{self.step_bv}-{self.variant}")
 
 
 CASES = [
@@ -67,7 +70,11 @@ CASES = [
     Case("tiny-gdn", torch.bfloat16, torch.bfloat16, "dynamic", materialize_at=2),
     Case("tiny-kda", torch.float32, torch.bfloat16, "dynamic"),
     Case("tiny-kda", torch.bfloat16, torch.float32, "fixed", step_bv=8, materialize_at=2),
+    # precompute: tensor-core projections (tf32x3 on a GPU), folds by the step config (two V blocks)
+    Case("tiny-gdn", torch.float32, torch.float32, "dynamic", step_bv=8, variant="precompute"),
+    Case("tiny-kda", torch.float32, torch.bfloat16, "fixed", materialize_at=2, variant="precompute"),
 ]
+PRECOMPUTE_RMS = 1e-5  # tf32x3 products: about fp32 accuracy, reassociated
 
 
 def _rms(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -85,11 +92,11 @@ def _assert_same_bytes(before: dict[str, torch.Tensor], after: dict[str, torch.T
 
 
 def _build(preset: str, mode: str, backend: str, state_dtype: torch.dtype, history_dtype: torch.dtype,
-           seed: int, step: dict = WIDE):
+           seed: int, step: dict = WIDE, variant: str = ""):
     geom = get_preset(preset).ssm
     params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(seed))
     cfg = StateConfig(mode, max_requests=CAPACITY, drafts=DRAFTS, state_dtype=state_dtype, act_dtype=torch.bfloat16,
-                      history_len=LH, history_dtype=history_dtype, backend=backend, device=DEVICE)
+                      history_len=LH, history_dtype=history_dtype, variant=variant, backend=backend, device=DEVICE)
     state = make_state(geom, params, cfg)
     if backend == "triton":
         state.set_kernel_configs({"step": step})
@@ -169,19 +176,24 @@ def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: py
     seed = 11
     ref_state = _build(case.preset, "replay", "torch", case.state_dtype, case.history_dtype, seed)
     state = _build(case.preset, "replay", "triton", case.state_dtype, case.history_dtype, seed,
-                   step={**WIDE, "BV": case.step_bv})
+                   step={**WIDE, "BV": case.step_bv}, variant=case.variant)
     geom, slots = state.geom, torch.tensor(ROWS)
     ssm0, conv0 = _start([ref_state, state], seed)
     untouched = _bytes(state.slot_rows(torch.tensor(IDLE + FREE)))
     reference = Fp64Reference(state, ssm0, conv0) if case.state_dtype == torch.float32 else None
 
-    def poisoned_forward(*args, **kwargs):
-        T = args[2].shape[0]
-        kwargs["out"] = torch.full((T, geom.value_heads, geom.head_v_dim), float("nan"), device=DEVICE)
-        return replay_forward(*args, **kwargs)
+    def poisoned(forward):
+        def run(*args, **kwargs):
+            T = args[2].shape[0]
+            kwargs["out"] = torch.full((T, geom.value_heads, geom.head_v_dim), float("nan"), device=DEVICE)
+            return forward(*args, **kwargs)
+        return run
 
-    monkeypatch.setattr(replay_state, "replay_forward", poisoned_forward)
+    monkeypatch.setattr(replay_state, "replay_forward", poisoned(replay_forward))
+    monkeypatch.setattr(replay_state, "replay_precompute_forward", poisoned(replay_precompute_forward))
     tol = FP32_RMS if case.state_dtype == case.history_dtype == torch.float32 else BF16_RMS
+    if case.variant == "precompute":
+        tol = max(tol, PRECOMPUTE_RMS)
     gen = torch.Generator().manual_seed(seed + 1)
     P = 2 * LH
     folds, phases = [0] * len(ROWS), [set() for _ in ROWS]

@@ -40,7 +40,7 @@ import triton.language as tl
 
 from kernels.ssm.configs import Config
 from kernels.ssm.native import check_verify_inputs, head_gate_params, step_launch_options, zero_padding_rows
-from kernels.ssm.step import decay_of, delta_step, l2norm, load_token, prepare_token, round_to
+from kernels.ssm.step import decay_of, delta_step, l2norm, load_token, prepare_token, project_token, round_to
 
 PREPARE_BLOCK = 128
 
@@ -149,17 +149,17 @@ def replay_prepare_kernel(cursor, slots, widths, fold_from, n, P: tl.constexpr, 
 
 @triton.jit
 def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, dst, dst_index,
-                       dst_stride_req, dst_stride_layer, cap,
+                       dst_stride_req, dst_stride_layer, cap, layer0,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr,
                        IS_KDA: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """Grid `(cdiv(V, BV), n, L * HV)`: fold one `[K, BV]` block of one layer and head of a row with
-    `fold_from[r] >= 0` and store it, rounded once, at `dst + dst_index[r] * dst_stride_req + layer *
-    dst_stride_layer`."""
+    """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards)
+    and head of a row with `fold_from[r] >= 0` and store it, rounded once, at `dst + dst_index[r] *
+    dst_stride_req + layer * dst_stride_layer`."""
     i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     old_cursor = tl.load(fold_from + i_n)
     if old_cursor < 0:
         return
-    i_l, i_hv = i_lh // HV, i_lh % HV
+    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
     slot = tl.load(slots + i_n).to(tl.int64)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -248,20 +248,8 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
                                                  H, HV, K, V, IS_KDA)
         b_q, b_k, b_v, b_g, b_beta = prepare_token(c_q, c_k, c_v, c_a, c_b, b_A_log, b_bias, scale, lower_bound,
                                                    IS_KDA)
-        b_e = tl.exp(b_g)
-        if IS_KDA:
-            b_kd = b_kd * b_e[None, :]
-        else:
-            b_kd = b_kd * b_e
-        b_eg = b_eg * b_e
-
-        b_sk = tl.sum(b_s0 * (b_eg * b_k)[:, None], 0) + tl.sum(tl.sum(b_kd * b_k[None, :], 1)[:, None] * b_dd, 0)
-        b_d = round_to(b_beta * (b_v - b_sk), hist_d.dtype.element_ty)
-        b_kh = round_to(b_k, hist_k.dtype.element_ty)
-        here = (o_j == count + t)[:, None]
-        b_kd = tl.where(here, b_kh.to(tl.float32)[None, :], b_kd)
-        b_dd = tl.where(here, b_d.to(tl.float32)[None, :], b_dd)
-        b_o = tl.sum(b_s0 * (b_eg * b_q)[:, None], 0) + tl.sum(tl.sum(b_kd * b_q[None, :], 1)[:, None] * b_dd, 0)
+        b_o, b_d, b_kh, b_kd, b_dd, b_eg = project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, tl.exp(b_g), b_beta,
+                                                         o_j == count + t, IS_KDA, hist_d.dtype.element_ty)
         valid = t < w
         tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, b_o, mask=m_v & valid)
 
@@ -309,8 +297,10 @@ def replay_fold(
     fold_from: torch.Tensor,
     config: Config,
     dst: torch.Tensor | None = None,
+    layer: int | None = None,
 ) -> None:
-    """Replay the raw records of every layer into the checkpoint (or a copy of it), rounding once.
+    """Replay the raw records of every layer (or of `layer` only) into the checkpoint (or a copy of
+    it), rounding once.
 
     Args:
         pool: the replay pool; only read unless `dst` is None.
@@ -320,6 +310,7 @@ def replay_fold(
             equals native's state bit for bit.
         dst: None to write the checkpoint `pool.ssm` in place (materialize), or a
             contiguous `[n, L, HV, K, V]` in the state dtype to receive the folded states (snapshot).
+        layer: fold this layer only (in place; the precompute forward folds layer by layer).
     """
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
@@ -333,11 +324,14 @@ def replay_fold(
                              f"{(n, L, HV, K, V)} {pool.ssm.dtype}")
         dst_index = torch.arange(n, device=slots.device)
         stride_req, stride_layer = dst.stride(0), dst.stride(1)
+    if layer is not None and (dst is not pool.ssm or not 0 <= layer < L):
+        raise ValueError(f"a single-layer fold is in place, layer {layer} in [0, {L})")
     BV, opts = step_launch_options(config, V)
+    layers = L if layer is None else 1
     if n:
-        replay_fold_kernel[(triton.cdiv(V, BV), n, L * HV)](
+        replay_fold_kernel[(triton.cdiv(V, BV), n, layers * HV)](
             pool.ssm, pool.raw_k, pool.raw_v, pool.raw_beta, pool.hist_g, slots, fold_from, dst, dst_index,
-            stride_req, stride_layer, cap,
+            stride_req, stride_layer, cap, layer or 0,
             H=H, HV=HV, K=K, V=V, P=P, IS_KDA=pool.is_kda, BK=triton.next_power_of_2(K), BV=BV, **opts,
         )
 

@@ -7,6 +7,9 @@ contraction a separately compiled kernel calling the same helper may fuse a mult
 (measured on an H200: committed states 1 ulp apart), and a different BV/warp layout changes the
 reduction tree of `tl.sum`.
 
+States evolve through `delta_step`; outputs come from `project_token`, the start-of-round form of the
+same math, which every mode shares so the output bits do not depend on which mode stepped the state.
+
 Register blocks: `b_h [BK, BV]` fp32 (state rows K, a BV slice of columns V), `b_k`, `b_q [BK]` fp32,
 `b_v [BV]` fp32, `b_beta` scalar; the decay is a scalar `exp(g)` for GDN and a `[BK, 1]` column
 `exp(g)` for KDA, so one helper serves both families.
@@ -54,12 +57,6 @@ def delta_step(b_h, b_k, b_v, b_decay, b_beta):
 
 
 @triton.jit
-def step_output(b_h, b_q):
-    """`o = S^T q` for the `[BV]` slice of columns held in `b_h`."""
-    return tl.sum(b_h * b_q[:, None], 0)
-
-
-@triton.jit
 def load_token(qkv, a, b, tok, valid, i_h, i_hv, o_k, m_k, o_v, m_v,
                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, IS_KDA: tl.constexpr):
     """The raw inputs of packed token `tok` (int64) for value head `i_hv`, or zeros where `valid` is off.
@@ -96,9 +93,54 @@ def prepare_token(b_q, b_k, b_v, b_a, b_b, b_A_log, b_bias, scale, lower_bound, 
 @triton.jit
 def decay_of(b_g, IS_KDA: tl.constexpr):
     """`exp(g)` shaped to scale the state block: a scalar (GDN) or a `[BK, 1]` column over the rows (KDA)."""
+    return decay_column(tl.exp(b_g), IS_KDA)
+
+
+@triton.jit
+def decay_column(b_e, IS_KDA: tl.constexpr):
+    """`exp(g)` (a scalar, or `[BK]` for KDA) shaped to scale the `[BK, BV]` state block."""
     if IS_KDA:
-        return tl.exp(b_g)[:, None]
-    return tl.exp(b_g)
+        b_col = b_e[:, None]
+    else:
+        b_col = b_e
+    return b_col
+
+
+@triton.jit
+def project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, here, IS_KDA: tl.constexpr,
+                  HIST_DTYPE: tl.constexpr):
+    """One token's output from the round's start state instead of the stepped one (SPEC §3, the replay
+    formula): with `G` the running sum of log gates since `b_s0`,
+
+        sk = S0^T (e^G * k) + sum_j ((e^{G - G_j} k_j) . k) d_j,   d = beta (v - sk),
+        o  = S0^T (e^G * q) + sum_{j <= this} ((e^{G - G_j} k_j) . q) d_j.
+
+    Every mode takes its outputs from here (native and compact with the round's own tokens as the
+    records, replay with its history too), so compact equals native bit for bit without stepping
+    the state block, and the only work on the block per token is two independent reductions.
+
+    Args:
+        b_s0: `[BK, BV]` fp32 start state; b_kd `[J, BK]` decayed keys and b_dd `[J, BV]` values of
+            the records so far (zero rows unused); b_eg: e^G, a scalar (GDN) or `[BK]` (KDA), 1 at
+            the start; b_q, b_k, b_v, b_beta: the token's step inputs; b_e: its `exp(g)` (scalar or
+            `[BK]`); here: `[J]` mask of the row this token's record goes to.
+        HIST_DTYPE: what records hold d and k in (replay's history dtype; fp32 otherwise).
+
+    Returns:
+        `(o [BV], d [BV] in HIST_DTYPE, k [BK] in HIST_DTYPE, b_kd, b_dd, b_eg)` updated.
+    """
+    if IS_KDA:
+        b_kd = b_kd * b_e[None, :]
+    else:
+        b_kd = b_kd * b_e
+    b_eg = b_eg * b_e
+    b_sk = tl.sum(b_s0 * (b_eg * b_k)[:, None], 0) + tl.sum(tl.sum(b_kd * b_k[None, :], 1)[:, None] * b_dd, 0)
+    b_d = round_to(b_beta * (b_v - b_sk), HIST_DTYPE)
+    b_kh = round_to(b_k, HIST_DTYPE)
+    b_kd = tl.where(here[:, None], b_kh.to(tl.float32)[None, :], b_kd)
+    b_dd = tl.where(here[:, None], b_d.to(tl.float32)[None, :], b_dd)
+    b_o = tl.sum(b_s0 * (b_eg * b_q)[:, None], 0) + tl.sum(tl.sum(b_kd * b_q[None, :], 1)[:, None] * b_dd, 0)
+    return b_o, b_d, b_kh, b_kd, b_dd, b_eg
 
 
 # The log gate of a token must have the same bits in every mode: native uses it in registers, compact
