@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scenarios.base import CaseResult, RunContext, Scenario
+from scenarios.base import CHECK_REQUESTS, CaseResult, RunContext, Scenario
 from scenarios.checkpoint_restore import CheckpointRestore
 from scenarios.cpu_page_restore import CpuPageRestore
 from scenarios.pd_roundtrip import PdRoundtrip
@@ -20,4 +20,4 @@ def get_scenario(name: str) -> Scenario:
         raise ValueError(f"unknown scenario {name!r}; choose one of {', '.join(SCENARIOS)}") from None
 
 
-__all__ = ["SCENARIOS", "CaseResult", "RunContext", "Scenario", "get_scenario"]
+__all__ = ["CHECK_REQUESTS", "SCENARIOS", "CaseResult", "RunContext", "Scenario", "get_scenario"]

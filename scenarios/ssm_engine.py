@@ -555,6 +555,13 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
             row["max_concurrency"] = int(budget * 2**30 // terms["total"])
     except ValueError:
         pass
+    if v[1] != "fla":  # the fla baseline is not a state pool
+        try:
+            MODES[v[0]]._validate_config(g, cfg)
+        except ValueError:
+            # an unsupported mode (compact without drafts) is refused at plan time when asked for alone,
+            # so its row is reproduced by the run's own mode list
+            row["repro"] = ctx.repro({**case.options, "backend": v[1], "batch": str(case.batch)})
     return row
 
 

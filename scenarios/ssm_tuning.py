@@ -20,7 +20,7 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import RunContext, TuneJob
-from scenarios.ssm_options import check_device, parse_batches, parse_dtype
+from scenarios.options import check_device, parse_batches, parse_dtype
 from scenarios.ssm_workload import AcceptModel, build_workload
 from states import make_state
 from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig
