@@ -2,14 +2,17 @@
 
 Scenarios report through `progress(description, total) -> advance()` (scenarios/base.py RunContext).
 On a TTY that drives a transient rich progress bar. When stdout is not a TTY (a CI log, `| tee`,
-`> file`), bars would print nothing useful for minutes, so each task prints plain lines instead: when
-it starts, at most every `every_s` seconds while it runs, and when it is done, with the elapsed time.
-Either way the lines go to stderr, so `--json` output on stdout stays machine-readable, and nothing
+`> file`), bars would print nothing useful for minutes, so plain lines take their place: the first
+task's start, then a heartbeat of at most one line every `every_s` seconds saying what is running and
+how far it is, and the end of every task that took that long. A run of short tasks (the gate runs
+hundreds) stays a few lines; a long one is never silent for more than `every_s`.
+Either way the output goes to stderr, so `--json` output on stdout stays machine-readable, and nothing
 is drawn until the first task starts (a run refused during planning prints only its error line).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -45,20 +48,27 @@ def progress_reporter(tty: bool | None = None, stream: TextIO | None = None, eve
 
 
 def _plain(stream: TextIO, every_s: float) -> Factory:
+    last = [-math.inf]  # when the last line was printed: one heartbeat for every task of the run
+
+    def emit(text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - last[0] >= every_s:
+            print(text, file=stream, flush=True)
+            last[0] = now
+
     def make(description: str, total: int) -> Advance:
-        start = last = time.monotonic()
+        start = time.monotonic()
         done = 0
-        print(f"{description}: started, {total} steps", file=stream, flush=True)
+        emit(f"{description}: started, {total} steps")
 
         def advance() -> None:
-            nonlocal done, last
+            nonlocal done
             done += 1
-            now = time.monotonic()
+            took = time.monotonic() - start
             if done >= total:
-                print(f"{description}: done, {done}/{total} in {now - start:.1f} s", file=stream, flush=True)
-            elif now - last >= every_s:
-                print(f"{description}: {done}/{total} after {now - start:.0f} s", file=stream, flush=True)
-                last = now
+                emit(f"{description}: done, {done}/{total} in {took:.1f} s", force=took >= every_s)
+            else:
+                emit(f"{description}: {done}/{total} after {took:.0f} s")
 
         return advance
 
