@@ -20,8 +20,7 @@ from harness.repro import repro_command
 from harness.writable import check_output_dir
 from results.plots import plot_run
 from results.store import RunWriter, load_run
-from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario
-from scenarios.options import given, parse_int
+from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
 # Autotuned configs (keyed inside by GPU name, Triton version, kernel, static key); `harness autotune` fills it.

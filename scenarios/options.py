@@ -92,6 +92,6 @@ def check_device(device: str, backends: list[str]) -> None:
     needs_gpu = [b for b in backends if b in ("triton", "fla")]
     if device == "cpu" and needs_gpu and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(
-            f"--backend {needs_gpu[0]} runs Triton kernels and needs --device cuda "
+            f"--device cpu: the {needs_gpu[0]} backend runs Triton kernels and needs --device cuda "
             "(or TRITON_INTERPRET=1 to run them in the interpreter on CPU, tiny presets only)"
         )

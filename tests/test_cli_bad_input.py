@@ -33,6 +33,7 @@ BAD = [
     ("run decode --modes compact", "--modes"),
     ("run decode --backend cuda", "--backend"),
     ("run decode --backend torch,", "--backend"),
+    ("run decode --backend triton", "--device"),  # Triton on CPU needs TRITON_INTERPRET=1
     # ranges
     ("run decode --rounds 0", "--rounds"),
     ("run decode --rounds -1", "--rounds"),
@@ -86,6 +87,8 @@ BAD = [
     ("gate --out {file}", "--out"),
     ("gate --shapes huge", "--shapes"),
     ("autotune ssm --out /proc/x", "--out"),
+    ("TRITON_INTERPRET=1 autotune ssm --batch ''", "--batch"),
+    ("TRITON_INTERPRET=1 autotune pages --page-size 2,,4", "--page-size"),
     # memory: predicted before allocating
     ("run decode --batch 1000000000", "--batch"),
     ("run checkpoint-restore --batch 100000000", "--batch"),
@@ -172,7 +175,10 @@ def test_the_table_is_large_enough():
 def test_bad_invocation(args: str, flag: str, paths: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
     import shlex
 
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # as a user's shell has it
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # as a user's shell has it, unless the case sets it
+    if args.startswith("TRITON_INTERPRET=1 "):
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        args = args.removeprefix("TRITON_INTERPRET=1 ")
     out = tmp_path / "out"
     argv = shlex.split(args.format(**{k: str(v) for k, v in paths.items()}))
     if "--out" not in argv:
