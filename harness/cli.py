@@ -21,14 +21,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False)
+from harness.progress import progress_reporter
+from harness.usage import OneLineUsage
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False, cls=OneLineUsage)
 run_app = typer.Typer(help="Run one scenario: compare every mode and backend, then time them.", no_args_is_help=True)
 app.add_typer(run_app, name="run")
 # Piped output gets a wide console so result tables stay readable in logs.
 console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
@@ -44,21 +45,6 @@ def _guarded(fn: Callable[[], Any]) -> Any:
         _fail(str(e))
 
 
-def _progress_factory(progress: Progress) -> Callable[[str, int], Callable[[], None]]:
-    def make(description: str, total: int) -> Callable[[], None]:
-        task = progress.add_task(description, total=total)
-        return lambda: progress.advance(task)
-
-    return make
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err_console, transient=True,
-    )
-
-
 # ------------------------------------------------------------------------------------------- options
 Preset = Annotated[str, typer.Option(help="model geometry (harness list presets)")]
 Modes = Annotated[str | None, typer.Option(help="comma list of native,compact,replay (default: all three)")]
@@ -66,9 +52,10 @@ Backend = Annotated[str, typer.Option(help="comma list of torch,triton,fla (trit
 Device = Annotated[str, typer.Option(help="cpu or cuda[:i]")]
 Batch = Annotated[str | None, typer.Option(help="comma list of batch sizes, one case each (default 4)")]
 StateDtype = Annotated[str, typer.Option(help="SSM state dtype: fp32 | bf16")]
-ActDtype = Annotated[str, typer.Option(help="activation dtype: bf16 | fp32")]
-Seed = Annotated[int, typer.Option(help="seed of every generated input")]
-Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout")]
+RunStateDtype = Annotated[str | None, typer.Option(help="SSM state dtype: fp32 | bf16 (default fp32, or the trace's)")]
+ActDtype = Annotated[str | None, typer.Option(help="activation dtype: bf16 | fp32 (default bf16, or the trace's)")]
+Seed = Annotated[int, typer.Option(help="seed of every generated input, 0 .. 2**31 - 1")]
+Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout (>= 1; a trace has its own)")]
 Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 1 + S (default 3)")]
 Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
 HistoryLen = Annotated[int, typer.Option(help="replay history Lh (power of two, >= 4, >= W)")]
@@ -81,8 +68,11 @@ ReplayForward = Annotated[str | None, typer.Option(
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
 Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
-CheckRequests = Annotated[int, typer.Option(help="requests compared against the fp64 reference per case")]
-Budget = Annotated[float, typer.Option(help="memory budget (GiB) for the max-concurrency column")]
+SnapshotEvery = Annotated[int, typer.Option(
+    help="compare (and --dump) accepted states every N rounds and after the last (docs/TRACE_FORMAT.md)")]
+CheckRequests = Annotated[int | None, typer.Option(
+    help="requests compared against the fp64 reference per case, 1 .. batch (default 4, at most the batch)")]
+Budget = Annotated[float, typer.Option(help="memory budget (GiB, > 0) for the max-concurrency column")]
 Out = Annotated[Path | None, typer.Option(help="root folder of run directories (default results/runs)")]
 AutotuneLevel = Annotated[str, typer.Option("--autotune", help="kernel configs: cache-only (cached, else default) | off")]
 AutotuneCache = Annotated[Path | None, typer.Option(help="config cache file (default results/autotune/cache.json)")]
@@ -100,11 +90,10 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
     run = run_scenario
     if options.get("transport") == "dist":  # pd-roundtrip over a process group: harness/dist.py
         from harness.dist import run_dist as run
-    with _progress() as progress:
+    with progress_reporter() as progress:
         outcome = _guarded(
             lambda: run(
-                scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT,
-                progress=_progress_factory(progress),
+                scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
             )
         )
     if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
@@ -118,8 +107,17 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
         raise typer.Exit(1)
 
 
-def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
-    """Register `harness run <scenario>` for an SSM scenario (the same options, scenario defaults)."""
+def _own_options(values: dict[str, Any], command: Callable[..., None]) -> dict[str, Any]:
+    """A run command's own options, by name (the locals() of a closure also hold what it closes over,
+    which must not pass for options); `--out` and `--json` say where output goes and are not options."""
+    code = command.__code__
+    return {k: values[k] for k in code.co_varnames[: code.co_argcount] if k not in ("out", "as_json")}
+
+
+def _ssm_command(scenario: str, drop: tuple[str, ...], rounds_help: str):
+    """Register `harness run <scenario>` for an SSM scenario (the same options, scenario defaults); the
+    options in `drop` mean nothing to the scenario and are left out, so `--help` is exact and giving
+    one is an error rather than silently ignored."""
 
     def command(
         preset: Preset = "tiny-gdn",
@@ -127,8 +125,8 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         backend: Backend = "torch",
         device: Device = "cpu",
         batch: Batch = None,
-        state_dtype: StateDtype = "fp32",
-        act_dtype: ActDtype = "bf16",
+        state_dtype: RunStateDtype = None,
+        act_dtype: ActDtype = None,
         seed: Seed = 0,
         rounds: Rounds = None,
         drafts: Drafts = None,
@@ -139,7 +137,8 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         replay_forward: ReplayForward = None,
         trace: Trace = None,
         dump: Dump = None,
-        check_requests: CheckRequests = 4,
+        snapshot_every: SnapshotEvery = 8,
+        check_requests: CheckRequests = None,
         memory_budget_gib: Budget = 64.0,
         autotune: AutotuneLevel = "cache-only",
         autotune_cache: AutotuneCache = None,
@@ -148,30 +147,25 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         out: Out = None,
         as_json: JsonOut = False,
     ) -> None:
-        options = dict(locals())
-        options.pop("out"), options.pop("as_json")
-        if not has_drafts:
-            options.pop("drafts"), options.pop("accept")
+        options = {k: v for k, v in _own_options(locals(), command).items() if k not in drop}
         _run(scenario, options, out, as_json)
+
+    import inspect
 
     from scenarios import SCENARIOS
 
     command.__doc__ = f"{SCENARIOS[scenario].help} {rounds_help}"
-    if not has_drafts:
-        # decode has no drafts or acceptance: drop them from the signature so --help is exact
-        import inspect
-
-        sig = inspect.signature(command)
-        command.__signature__ = sig.replace(
-            parameters=[p for name, p in sig.parameters.items() if name not in ("drafts", "accept")]
-        )
+    sig = inspect.signature(command)
+    command.__signature__ = sig.replace(parameters=[p for name, p in sig.parameters.items() if name not in drop])
     run_app.command(scenario)(command)
 
 
-_ssm_command("decode", False, "Default 64 rounds.")
-_ssm_command("mtp-fixed", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
-_ssm_command("mtp-dynamic", True, "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
-_ssm_command("checkpoint-restore", True, "Default 24 rounds, 3 drafts, geometric:0.7 acceptance.")
+_ssm_command("decode", ("drafts", "accept"), "Default 64 rounds.")
+_ssm_command("mtp-fixed", (), "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
+_ssm_command("mtp-dynamic", (), "Default 32 rounds, 3 drafts, geometric:0.7 acceptance.")
+# checkpoint-restore compares modes with each other (not with the fp64 reference) and dumps no rounds
+_ssm_command("checkpoint-restore", ("dump", "snapshot_every", "check_requests"),
+             "Default 24 rounds, 3 drafts, geometric:0.7 acceptance.")
 
 
 # ------------------------------------------------------------------------------------------ KV pages
@@ -217,7 +211,7 @@ def _page_command(scenario: str, drop: tuple[str, ...]):
         out: Out = None,
         as_json: JsonOut = False,
     ) -> None:
-        options = {k: v for k, v in locals().items() if k not in ("out", "as_json", *drop)}
+        options = {k: v for k, v in _own_options(locals(), command).items() if k not in drop}
         _run(scenario, options, out, as_json)
 
     import inspect
@@ -269,11 +263,17 @@ def gate(
 ) -> None:
     """Check every SPEC §5 contract at gate shapes; exit 1 if any comparison fails."""
     from harness.gate import run_gate
+    from harness.runner import DEFAULT_OUT
+    from harness.writable import check_output_dir, check_output_file
 
-    with _progress() as progress:
+    # where the gate writes is checked before its cases run, not after them
+    _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
+    if junit is not None:
+        _guarded(lambda: check_output_file(junit, "--junit"))
+    with progress_reporter() as progress:
         outcome = _guarded(
             lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
-                             progress=_progress_factory(progress), argv=["harness", *sys.argv[1:]])
+                             progress=progress, argv=["harness", *sys.argv[1:]])
         )
     for line in outcome.lines:
         console.print(line, markup=False, highlight=False)
@@ -302,12 +302,14 @@ def autotune_cmd(
     compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket."""
     from harness.runner import DEFAULT_OUT
     from harness.tune import run_autotune
+    from harness.writable import check_output_dir
 
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
                if k not in ("target", "out", "as_json")}
-    with _progress() as progress:
+    _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
+    with progress_reporter() as progress:
         outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
-                                                out_root=out or DEFAULT_OUT, progress=_progress_factory(progress)))
+                                                out_root=out or DEFAULT_OUT, progress=progress))
     if as_json:
         print(json.dumps({"run": str(outcome.path), "cache": str(outcome.cache), "choices": outcome.choices},
                          indent=1, default=str))
@@ -345,12 +347,15 @@ def report(run: RunArg, as_json: JsonOut = False, markdown: Annotated[bool, type
 
 @app.command()
 def compare(run_a: RunArg, run_b: RunArg, as_json: JsonOut = False) -> None:
-    """Say same / faster / slower / ambiguous per row of B against A, from the timing spread."""
-    from results.compare import compare_runs, comparison_table
+    """Say same / faster / slower / ambiguous per row of B against A, from the timing spread.
+
+    Exit code 2, with one line, when the two runs share no case (nothing to compare)."""
+    from results.compare import compare_runs, comparison_table, no_common_case
     from results.store import load_run
 
     a, b = _guarded(lambda: (load_run(run_a), load_run(run_b)))
     df = compare_runs(a, b)
+    _guarded(lambda: no_common_case(a, b, df))
     if as_json:
         print(df.to_json(orient="records", indent=1))
     else:

@@ -67,10 +67,12 @@ class GuardResult:
 
 def is_oom(exc: BaseException) -> bool:
     """True for torch's OutOfMemoryError (CUDA's is the same class) and RuntimeErrors that say
-    "out of memory" (e.g. `CUDA error: out of memory` from outside the caching allocator)."""
+    "out of memory" (e.g. `CUDA error: out of memory` from outside the caching allocator) or that the
+    CPU allocator "can't allocate memory" (a host allocation larger than the machine can give)."""
     if isinstance(exc, torch.OutOfMemoryError):
         return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
 def parse_wanted_bytes(message: str) -> int | None:
@@ -173,6 +175,45 @@ def predicted_fits(bytes_needed: int, device: torch.device | str | int | None = 
         raise ValueError(f"bytes_needed must be >= 0, got {bytes_needed}")
     free, _ = device_memory(device)
     return (True, None) if free is None else (bytes_needed <= free, free)
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can give a new allocation without swapping: MemAvailable (Linux), else the free
+    physical pages; None when neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(memory: Any, device: str, where: str) -> None:
+    """Refuse a case whose predicted memory (`scenarios.base.CaseMemory`) exceeds what is free now.
+
+    CUDA: refused when even the smallest variant cannot fit in the device's free memory; a variant that
+    alone does not fit runs into `oom_guard` and becomes an `oom` row (SPEC §8). CPU: Linux overcommits
+    and kills the process instead of failing an allocation, so there is nothing to catch: the case is
+    refused when its largest variant does not fit in the available host memory.
+    """
+    cuda = device.startswith("cuda")
+    host = memory.host + (0 if cuda else memory.device_bytes(largest=True))
+    checks = [(host, host_available_bytes(), "the host has")]
+    if cuda:
+        checks.append((memory.device_bytes(largest=False), device_memory(device)[0], f"{device} has"))
+    for need, free, who in checks:
+        if free is not None and need > free:
+            raise ValueError(f"{memory.subject}: {where} needs about {_gib(need)} and {who} {_gib(free)} free; "
+                             f"{memory.hint}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def max_concurrency(bytes_per_request: int, budget_bytes: int, fixed_bytes: int = 0) -> int:

@@ -6,7 +6,6 @@ directory; a run that fails later stays `<run-id>.partial/` with FAILED.txt, nev
 
 from __future__ import annotations
 
-import shlex
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -19,14 +18,15 @@ import torch.distributed as dist
 
 from harness import autotune, env, equivalence, memory, timing
 from harness.group_timing import bench_group
+from harness.repro import repro_command
+from harness.writable import check_output_dir
 from results.plots import plot_run
 from results.store import RunWriter, load_run
-from scenarios import RunContext, get_scenario
+from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
 # Autotuned configs (keyed inside by GPU name, Triton version, kernel, static key); `harness autotune` fills it.
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / "results" / "autotune" / "cache.json"
-INTERNAL_OPTIONS = {"family", "dynamic", "out", "dump", "json", "quiet"}
 
 
 @dataclass
@@ -48,17 +48,6 @@ def _oom_guard(device: str) -> Iterator[_Guard]:
         yield out
     if g.record is not None:
         out.record = g.record.to_dict()
-
-
-def repro_command(scenario: str, options: dict[str, Any]) -> str:
-    """A `harness run` line that reruns exactly this case."""
-    argv = ["harness", "run", scenario]
-    for key, value in sorted(options.items()):
-        if key in INTERNAL_OPTIONS or value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        argv += [flag] if value is True else [flag, str(value)]
-    return shlex.join(argv)
 
 
 def make_context(
@@ -109,12 +98,47 @@ def make_context(
         dump_dir=dump_dir,
         check_requests=check_requests,
         time_cases=time_cases,
-        repro=lambda opts: repro_command(scenario, opts),
+        # a case's options name its scenario (the gate runs several through one context)
+        repro=lambda opts: repro_command(opts.get("scenario") or scenario, opts),
         kernel_config=kernel_config,
         bench_group=(lambda fn: bench_group(fn, device=device, warmup=warmup, rep=rep))
         if dist.is_initialized() else None,
     )
     return ctx, report
+
+
+def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) -> list[Any]:
+    """Everything a run checks before it does any work or writes anything: where it writes, the
+    scenario's options (its `plan`), the options every run shares, and that each case fits in memory."""
+    check_output_dir(out_root, "--out")
+    if options.get("dump") is not None:
+        check_output_dir(options["dump"], "--dump")
+    cases = scenario.plan(options)
+    if options.get("rep") is not None:
+        parse_int(options["rep"], "--rep", lo=2)  # the noise column needs two samples
+    if options.get("warmup") is not None:
+        parse_int(options["warmup"], "--warmup", lo=0)
+    try:
+        level = autotune.Level(given(options.get("autotune"), "cache-only"))
+    except ValueError as e:
+        raise ValueError(f"--autotune: {e}") from None
+    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
+        raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
+    if options.get("autotune_cache") is not None:
+        _check_cache(options["autotune_cache"])
+    device = given(options.get("device"), "cpu")
+    for case in cases:
+        memory.check_fits(scenario.memory(case, device), device, f"{scenario.name} on {case.preset}")
+    return cases
+
+
+def _check_cache(path: str | Path) -> None:
+    if Path(path).is_dir():
+        raise ValueError(f"--autotune-cache {path} is a folder, not a cache file")
+    try:
+        autotune.AutotuneCache(path)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"--autotune-cache {path}: {e}") from None
 
 
 def run_scenario(
@@ -128,13 +152,7 @@ def run_scenario(
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
     None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run)."""
     scenario = get_scenario(name)
-    cases = scenario.plan(options)
-    if options.get("rep") is not None and int(options["rep"]) < 2:
-        raise ValueError(f"--rep must be >= 2 (the noise column needs two samples), got {options['rep']}")
-    if options.get("warmup") is not None and int(options["warmup"]) < 0:
-        raise ValueError(f"--warmup must be >= 0, got {options['warmup']}")
-    if autotune.Level(options.get("autotune") or "cache-only") not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
-        raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
+    cases = plan_run(scenario, options, out_root)
     device = options.get("device") or "cpu"
     seed = int(options.get("seed") or 0)
     torch.manual_seed(seed)
@@ -151,7 +169,7 @@ def run_scenario(
     with writer or nullcontext():
         ctx, report = make_context(
             device, seed, ceilings, writer, scenario=name, progress=progress, dump_dir=options.get("dump"),
-            check_requests=options.get("check_requests"),
+            check_requests=given(options.get("check_requests"), CHECK_REQUESTS),
             autotune_level=options.get("autotune") or "cache-only",
             autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
             warmup=5 if options.get("warmup") is None else int(options["warmup"]),

@@ -18,6 +18,7 @@ from typing import Any
 from harness import autotune, env, timing
 from harness.runner import DEFAULT_CACHE, DEFAULT_OUT
 from results.store import RunWriter
+from scenarios import given
 
 # target -> module providing tuning_jobs(options)
 TARGETS = {"ssm": "scenarios.ssm_tuning", "pages": "scenarios.page_tuning"}
@@ -40,12 +41,12 @@ def run_autotune(
 ) -> TuneOutcome:
     if target not in TARGETS:
         raise ValueError(f"unknown autotune target {target!r}; choose one of {', '.join(TARGETS)}")
-    level = autotune.Level(options.get("level") or "tune-missing")
-    device = options.get("device") or "cpu"
+    level = autotune.Level(given(options.get("level"), "tune-missing"))
+    device = given(options.get("device"), "cpu")
     jobs = importlib.import_module(TARGETS[target]).tuning_jobs(options)
     if not jobs:
         raise ValueError(f"no {target} sweeps for these options")
-    cache_path = Path(options.get("autotune_cache") or DEFAULT_CACHE)
+    cache_path = Path(given(options.get("autotune_cache"), DEFAULT_CACHE))
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     classes = {job.kernel: autotune.ConfigClass(job.kernel, job.members) for job in jobs if job.members}
     cache = autotune.AutotuneCache(cache_path, classes=set(classes.values()))

@@ -16,7 +16,9 @@
 # `results.load_run`, so it works on any run the harness wrote and on the curated reference runs.
 #
 # `RUN` picks the run: `HARNESS_RUN` when set (or edit the line), else the newest run under `results/runs/`,
-# else the newest curated reference run under `results/reference/`.
+# else the newest curated reference run under `results/reference/`. Jupyter runs a notebook in its own
+# folder (`notebooks/`), so a relative `HARNESS_RUN` such as `results/runs/<run-id>` is taken from the
+# repository root, where the README's commands run.
 
 # %%
 import io
@@ -36,8 +38,9 @@ from results.tables import header_lines
 RUN = os.environ.get("HARNESS_RUN")
 
 RESULTS = Path(results.__file__).resolve().parent
+REPO = RESULTS.parent
 if RUN:
-    run = load_run(RUN)
+    run = load_run(Path(RUN) if Path(RUN).is_absolute() or not (REPO / RUN).exists() else REPO / RUN)
 else:
     try:
         run = latest_run(RESULTS / "runs")
@@ -72,8 +75,8 @@ display(Markdown("\n".join(f"- {line}" for line in header_lines(run))))
 # ## Modes side by side
 #
 # One table per scenario and family; each row is one case (the key columns that vary, the constant ones
-# are in the title), each column group one metric with a column per mode. `speedup vs native` is native's
-# median time over the mode's (above 1: faster than native). A mode that did not pass shows its status in
+# are in the title), each column group one metric with a column per mode. `x faster than native` is native's
+# median time over the mode's (2.00x: twice as fast as native; 0.50x: half as fast). A mode that did not pass shows its status in
 # place of its time. Bytes per request are the state one request holds in that mode: predicted from the
 # SPEC §3 formula and measured from the allocator.
 

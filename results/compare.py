@@ -11,6 +11,10 @@ and every shape axis). Run A is the baseline; the verdict says what B is:
 * `only-a` / `only-b`: the case ran in one run only.
 
 `speedup` = A's median / B's median (> 1: B is faster), given only for same / faster / slower.
+
+Two runs that share no case at all (different scenarios, presets, devices, ...) have nothing to
+compare: `no_common_case` says so in one line, naming what each run holds, and `harness compare`
+exits with code 2 instead of listing every row as one-sided.
 """
 
 from __future__ import annotations
@@ -36,6 +40,24 @@ def compare_runs(run_a: Run, run_b: Run) -> pd.DataFrame:
     merged["speedup"] = (merged["median_us_a"] / merged["median_us_b"]).where(timed)
     side = [f"{c}_{s}" for c in _SIDE for s in ("a", "b")]
     return merged[KEY + side + ["verdict", "speedup"]].sort_values(KEY, na_position="first").reset_index(drop=True)
+
+
+def no_common_case(run_a: Run, run_b: Run, compared: pd.DataFrame) -> None:
+    """ValueError (one line) when `compared` (from `compare_runs`) matched no case of A with one of B."""
+    if (~compared["verdict"].isin(["only-a", "only-b"])).any():
+        return
+    raise ValueError(f"{run_a.run_id} and {run_b.run_id} share no case, so there is nothing to compare: "
+                     f"A has {_holds(run_a)}; B has {_holds(run_b)}")
+
+
+def _holds(run: Run) -> str:
+    df = run.throughput
+    parts = []
+    for column in ("scenario", "preset", "device", "backend", "batch"):
+        values = sorted({str(v) for v in df[column].dropna()})
+        if values:
+            parts.append(f"{column} {','.join(values)}")
+    return " ".join(parts) or "no rows"
 
 
 def comparison_table(df: pd.DataFrame, title: str = "compare") -> TableData:

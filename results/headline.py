@@ -2,13 +2,13 @@
 
 `modes_side_by_side(df)` puts the modes of one case next to each other: one row per case (every key
 column except the mode and its replay-only axes), columns `(metric, mode label)`, plus a `speedup`
-metric with native as the baseline (native median / mode median, when both were timed; > 1 means
-faster than native). `formatted` turns it into display strings. The compare-modes notebook shows it
+metric with native as the baseline (native median / mode median, when both were timed), shown as
+"x faster than native": 2.00x is twice as fast as native, 0.50x half as fast. `formatted` turns it into display strings. The compare-modes notebook shows it
 whole; `headline_markdown(run)` quotes a few of its columns under one line naming the run:
 
     run `20261202T153045Z-mtp-fixed-a1b2c3` · NVIDIA H200 (132 SMs) · `harness run mtp-fixed ...`
 
-    | scenario | preset | state/act dtype | batch | drafts | native us | compact us | compact vs native | ...
+    | scenario | preset | state/act dtype | batch | drafts | native us | compact us | compact: x faster than native | ...
 
 `python -m results.headline RUN [--scenario NAME]` prints it.
 """
@@ -22,7 +22,7 @@ import pandas as pd
 
 from results.schema import KEY, Status, is_blank
 from results.store import Run, load_run
-from results.tables import MODE_AXES, _fmt_bytes, _fmt_num, _fmt_si, _fmt_us, mode_label, mode_order
+from results.tables import MODE_AXES, SPEEDUP, _fmt_bytes, _fmt_num, _fmt_si, _fmt_us, mode_label, mode_order
 
 # The modes of one case share every key column except these.
 CASE = [c for c in KEY if c not in ("mode", "variant", *MODE_AXES)]
@@ -31,7 +31,7 @@ METRICS = [
     "bytes_per_request_predicted", "bytes_per_request_measured",
 ]  # fmt: skip
 LABELS = {
-    "median_us": "median us", "p20_us": "p20 us", "p80_us": "p80 us", "speedup": "speedup vs native",
+    "median_us": "median us", "p20_us": "p20 us", "p80_us": "p80 us", "speedup": SPEEDUP,
     "tokens_per_s": "tokens/s", "achieved_gbps": "GB/s", "ceiling_pct": "% ceiling",
     "bytes_per_request_predicted": "bytes/req predicted", "bytes_per_request_measured": "bytes/req measured",
 }  # fmt: skip
@@ -44,7 +44,7 @@ _FORMATS: dict[str, Callable[[float], str]] = {
 # Always in the headline, even when constant, so a quoted table says what it measured.
 HEADLINE_CASE = ["scenario", "preset", "state_dtype", "act_dtype", "batch", "drafts"]
 _TITLES = {
-    "median_us": "{mode} us", "speedup": "{mode} vs native", "ceiling_pct": "{mode} % {ceiling}",
+    "median_us": "{mode} us", "speedup": "{mode}: " + SPEEDUP, "ceiling_pct": "{mode} % {ceiling}",
     "bytes_per_request_measured": "{mode} bytes/req",
 }  # fmt: skip
 
@@ -88,7 +88,7 @@ def headline_markdown(run: Run, scenario: str | None = None) -> str:
     """A line naming the run (id, GPU, command), then one markdown table row per case of `run`.
 
     Columns: scenario, preset, state/act dtype, batch, drafts (and any other key column that varies),
-    then per mode: median us, speedup vs native, % of the ceiling measured in the run, bytes per
+    then per mode: median us, x faster than native, % of the ceiling measured in the run, bytes per
     request (measured).
 
     Raises:

@@ -17,9 +17,11 @@ KV page scenarios (cpu-page-restore, pd-roundtrip) get one figure per (scenario,
   64 KiB chunk size of the goals dotted, so the small-page cliff shows. A sweep of one page size
   over TP pairs (pd-roundtrip) puts the TP pair on the x axis instead.
 
-A line's label is its mode plus every other key column that varies inside the figure (backend,
-preset, drafts, dtypes, ...). A figure with no data to draw is skipped and the reason returned,
-never an exception.
+A figure's title names what it shows and where it was measured: scenario, family, preset(s),
+device(s) and dtypes (state / activation for SSM rows, the KV dtype of page rows), so a PNG copied out
+of its run directory still says what it is. A line's label is its mode plus every other key column
+that varies inside the figure (backend, preset, drafts, dtypes, ...). A figure with no data to draw is
+skipped and the reason returned, never an exception.
 """
 
 from __future__ import annotations
@@ -73,7 +75,25 @@ def make_figure(df: pd.DataFrame, scenario: str, family: str, metric: str) -> Fi
     rows = df[(df["scenario"] == scenario) & (df["family"] == family)]
     if rows.empty:
         return f"no rows for {scenario}/{family}"
-    return _DRAW[metric](rows, f"{scenario} · {family}")
+    return _DRAW[metric](rows, figure_title(rows))
+
+
+def figure_title(rows: pd.DataFrame) -> str:
+    """`scenario · family · preset · device · dtypes` of the rows of one figure (values that vary are
+    joined with `/`)."""
+
+    def values(column: str) -> str:
+        return "/".join(sorted({str(v) for v in rows[column].dropna() if str(v)}))
+
+    parts = [values(c) for c in ("scenario", "family", "preset", "device")]
+    state, act = values("state_dtype"), values("act_dtype")
+    if state or act:
+        parts.append(f"{state or '-'} state, {act or '-'} act")
+    else:  # KV page rows: the pages' dtype is in the row's config
+        kv = {json.loads(c).get("dtype") for c in rows["config"].dropna() if isinstance(c, str) and c}
+        if kv - {None}:
+            parts.append("/".join(sorted(kv - {None})) + " KV")
+    return " · ".join(p for p in parts if p)
 
 
 def _throughput(rows: pd.DataFrame, title: str) -> Figure | str:
@@ -120,7 +140,7 @@ def _speedup(rows: pd.DataFrame, title: str) -> Figure | str:
     if paired.empty:
         return "no mode row has a native row with the same case key"
     paired["speedup"] = paired["native_us"] / paired["median_us"]
-    fig, ax = _axes(title, "batch", "speedup over native (native median / mode median)")
+    fig, ax = _axes(title, "batch", "x faster than native (native median / mode median)")
     for label, style, line in _lines(paired):
         ax.plot(line["batch"], line["speedup"], marker="o", label=label, **style)
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)

@@ -4,6 +4,12 @@ One tidy row per case x mode x backend. `COLUMNS` is the single list of columns 
 group and meaning; docs, validation and the loader all read it. Axes a scenario does not have are
 left empty. Timing and the numbers derived from it appear only on `passed` rows; every other
 status carries a `reason`.
+
+Integer columns hold integers. Byte counts (the `_bytes` columns) may come out of a cost model or a
+measurement as a mean (replay's bytes per round averaged over its fold cycle, a pool's storage over
+its slots); they are rounded to the nearest whole byte once, when the row is written
+(`round_bytes`), and nowhere else. Any other non-integral value in an integer column is a bug and
+fails the row naming the column.
 """
 
 from __future__ import annotations
@@ -77,12 +83,14 @@ COLUMNS: list[Column] = [
     Column("achieved_gbps", "float", "derived", "bytes_moved / median time, in 1e9 bytes/s", "gbps"),
     Column("ceiling_pct", "float", "derived", "achieved_gbps as a percentage of ceiling_gbps", "pct"),
     # cost model and the ceiling it is judged against (any status)
-    Column("bytes_moved", "int", "cost", "bytes read + written per timed call (the scenario's cost model)", "bytes"),
+    Column("bytes_moved", "int", "cost", "bytes read + written per timed call (the scenario's cost model; a mean "
+           "over a fold cycle for replay), rounded to a whole byte", "bytes"),
     Column("ceiling_name", "str", "cost", "ceiling compared against: d2d-copy | h2d-pinned | d2h-pinned | cpu-memcpy"),
     Column("ceiling_gbps", "float", "cost", "that ceiling, measured in the same run", "gbps"),
     # memory (any status: an oom row still says what it wanted)
     Column("bytes_per_request_predicted", "int", "memory", "state bytes per request from the SPEC §3 formula", "bytes"),
-    Column("bytes_per_request_measured", "int", "memory", "state bytes per request, measured (allocator)", "bytes"),
+    Column("bytes_per_request_measured", "int", "memory", "state bytes per request, measured (allocator storage "
+           "over the pool's slots), rounded to a whole byte", "bytes"),
     Column("max_concurrency", "int", "memory", "requests that fit the memory budget in this mode"),
     # reproduction
     Column("repro", "str", "repro", "command line that reruns exactly this case"),
@@ -97,7 +105,19 @@ AXES = [c.name for c in COLUMNS if c.group == "axis"]
 # What makes a row the same case across runs (compare matches on these).
 KEY = [c.name for c in COLUMNS if c.group in ("identity", "axis") and c.name != "run_id"]
 
+BYTE_COLUMNS = [c.name for c in COLUMNS if c.unit == "bytes"]
+
 _PANDAS_DTYPE = {"str": "string", "int": "Int64", "float": "float64"}
+
+
+def round_bytes(row: dict) -> dict:
+    """`row` with its byte columns rounded to whole bytes (the one place they are rounded)."""
+    out = dict(row)
+    for name in BYTE_COLUMNS:
+        value = out.get(name)
+        if isinstance(value, float) and math.isfinite(value):
+            out[name] = round(value)
+    return out
 
 
 class SchemaError(ValueError):
@@ -123,10 +143,14 @@ def validate_rows(df: pd.DataFrame) -> pd.DataFrame:
     unknown = [c for c in df.columns if c not in COLUMNS_BY_NAME]
     if unknown:
         raise SchemaError(f"unknown columns {unknown}; the schema has {COLUMN_NAMES}")
-    try:
-        rows = df.reindex(columns=COLUMN_NAMES).astype(pandas_dtypes()).reset_index(drop=True)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"a column does not hold its schema type: {exc}") from exc
+    rows = df.reindex(columns=COLUMN_NAMES).reset_index(drop=True)
+    for name, dtype in pandas_dtypes().items():
+        try:
+            rows[name] = rows[name].astype(dtype)
+        except (TypeError, ValueError) as exc:
+            bad = [i for i, v in rows[name].items() if not _fits(v, COLUMNS_BY_NAME[name].kind)]
+            raise SchemaError(f"column {name} ({COLUMNS_BY_NAME[name].kind}) does not hold its schema type in rows "
+                              f"{bad[:10]}: {exc}") from exc
 
     problems: list[str] = []
 
@@ -158,6 +182,16 @@ def validate_rows(df: pd.DataFrame) -> pd.DataFrame:
     if problems:
         raise SchemaError("throughput rows break the schema:\n  " + "\n  ".join(problems))
     return rows
+
+
+def _fits(value: object, kind: str) -> bool:
+    if is_blank(value) or kind == "str":
+        return True
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return kind == "float" or number.is_integer()
 
 
 def _empty(values: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:

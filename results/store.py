@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.equivalence import Comparison, EquivalenceReport
-from results.schema import COLUMN_NAMES, COLUMNS_BY_NAME, SchemaError, pandas_dtypes, validate_rows
+from results.schema import COLUMN_NAMES, COLUMNS_BY_NAME, SchemaError, pandas_dtypes, round_bytes, validate_rows
 
 PARTIAL_SUFFIX = ".partial"
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -87,7 +87,7 @@ class RunWriter:
         unknown = sorted(set(row) - set(COLUMNS_BY_NAME))
         if unknown:
             raise SchemaError(f"unknown columns {unknown} in row {row}")
-        row = {**row, "run_id": self.run_id}
+        row = {**round_bytes(row), "run_id": self.run_id}
         self._rows.append(row)
         self._append("rows.jsonl", row)
 

@@ -4,8 +4,9 @@ Rows are grouped by (scenario, family, preset, backend, device, dtypes); shape a
 constant in a group go into its title, the ones that vary are the row keys. Each group gets:
 
 * a summary: one row per shape, one column per mode with the median time (p20-p80), native first
-  as the baseline column, and each other mode's speedup over native (native median / mode median,
-  only when both passed and were timed); a row that did not pass shows its status;
+  as the baseline column, and for each other mode a `<mode>: x faster than native` column (native
+  median / mode median, only when both passed and were timed: 2.00x is twice as fast as native,
+  0.50x half as fast); a row that did not pass shows its status;
 * details: one row per shape and mode with median (p20-p80), noise, tokens/s, achieved GB/s,
   % of the ceiling measured in the run, bytes per request predicted and measured, and the status
   with its reason.
@@ -14,7 +15,9 @@ Replay-only axes (history length and dtype) label the mode (`replay (Lh 8, bf16 
 instead of splitting rows. Detail columns with nothing to show are dropped.
 
 Above the tables: a device header (GPU, code version, measured ceilings, timers, equivalence
-verdict); below them: a log of noisy rows (noise above 2%).
+verdict); below them: a log of noisy rows (noise above 2%): one line per GPU row, and one line for
+all the CPU rows of a run (CPU wall-clock timings on a shared machine are noisy as a rule, so a line
+per row would bury the tables).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ GROUP_BY = ["scenario", "family", "preset", "backend", "device", "state_dtype", 
 ROW_AXES = ["batch", "drafts", "width", "accept", "layers", "tp_prefill", "tp_decode", "page_size", "direction"]
 MODE_AXES = {"history_len": "Lh {}", "history_dtype": "{} history"}
 NOISE_WARN_PCT = 2.0
+SPEEDUP = "x faster than native"  # a ratio native median / mode median, so > 1 is faster than native
 
 
 @dataclass
@@ -74,14 +78,15 @@ def throughput_tables(df: pd.DataFrame) -> list[TableData]:
 
 
 def _summary(title: str, group: pd.DataFrame, axes: list[str]) -> TableData:
-    """Rows: shapes; columns: each mode's median (p20-p80), and each other mode's speedup over native."""
+    """Rows: shapes; columns: each mode's median (p20-p80), and how many times faster than native the other
+    modes are."""
     variants = sorted(group["variant_label"].unique(), key=mode_order)
     baseline = "native" if "native" in variants else None
     columns = list(axes)
     for v in variants:
         columns.append("us" if v == "-" else f"{v} us")  # "-": rows without a mode (KV pages)
         if baseline and v != baseline:
-            columns.append(f"{v} vs native")
+            columns.append(f"{v}: {SPEEDUP}")
     rows = []
     for values, shape in _by_shape(group, axes):
         by_variant = {r.variant_label: r for r in shape.itertuples()}
@@ -183,13 +188,26 @@ def noisy_rows(df: pd.DataFrame, threshold_pct: float = NOISE_WARN_PCT) -> pd.Da
 
 
 def log_lines(df: pd.DataFrame, threshold_pct: float = NOISE_WARN_PCT) -> list[str]:
-    lines = []
-    for r in noisy_rows(df, threshold_pct).itertuples():
-        where = " ".join(_fmt_axis(a, getattr(r, a)) for a in ROW_AXES if not is_blank(getattr(r, a)))
-        ident = (getattr(r, c) for c in ("scenario", "family", "mode", "backend"))
-        what = "/".join(str(v) for v in ident if not is_blank(v))
-        lines.append(f"Warn: {what} {where}: noise {r.noise_pct:.1f}% > {threshold_pct:g}%")
+    """Warnings about noisy rows: one per GPU row, one for all the CPU (`cpu-wall`) rows together."""
+    noisy = noisy_rows(df, threshold_pct)
+    cpu = noisy[noisy["timer"] == "cpu-wall"]
+    lines = [f"Warn: {_row_name(r)}: noise {r.noise_pct:.1f}% > {threshold_pct:g}%"
+             for r in noisy[noisy["timer"] != "cpu-wall"].itertuples()]
+    if not cpu.empty:
+        timed = int((df["timer"] == "cpu-wall").sum())
+        worst = cpu.loc[cpu["noise_pct"].idxmax()]
+        lines.append(f"Warn: {len(cpu)} of {timed} CPU-timed rows have noise above {threshold_pct:g}% (worst "
+                     f"{worst['noise_pct']:.1f}%, {_row_name(worst)}); CPU wall-clock timings are for "
+                     "correctness runs, time on a GPU to compare modes")
     return lines
+
+
+def _row_name(r) -> str:
+    """`scenario/family/mode/backend axis=value ...` of a row (a named tuple or a Series)."""
+    get = r.get if isinstance(r, pd.Series) else (lambda c: getattr(r, c))
+    where = " ".join(_fmt_axis(a, get(a)) for a in ROW_AXES if not is_blank(get(a)))
+    what = "/".join(str(get(c)) for c in ("scenario", "family", "mode", "backend") if not is_blank(get(c)))
+    return f"{what} {where}"
 
 
 def render_markdown(run: Run) -> str:
@@ -208,7 +226,7 @@ def render_rich(run: Run, console: Console | None = None) -> None:
     for table in throughput_tables(run.throughput):
         console.print(table.to_rich())
     for line in log_lines(run.throughput):
-        console.print(line, style="yellow", markup=False, highlight=False)
+        console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)  # one line in a log
 
 
 def mode_label(row) -> str:

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+CHECK_REQUESTS = 4  # requests checked against the fp64 reference per case when --check-requests is not given
+
+
 @dataclass
 class RunContext:
     """Services the runner provides to a scenario.
@@ -84,6 +87,32 @@ class TuneJob:
     members: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class CaseMemory:
+    """A case's predicted memory, so the runner can refuse a case that cannot fit before allocating.
+
+    An estimate of the large allocations (inputs, pools, pages, what comparisons keep), not of every
+    transient. `device` bytes live on the run device, `host` bytes in host memory whatever the device
+    (outputs kept for comparisons, pinned pages). `variants` are what each variant (mode x backend)
+    adds on the device; `together` says whether they are allocated at the same time
+    (else one after another). `subject` names the case by its options (`--batch 8`), `hint` says which
+    options shrink it.
+    """
+
+    subject: str
+    device: int
+    host: int = 0
+    variants: dict[str, int] = field(default_factory=dict)
+    together: bool = False
+    hint: str = ""
+
+    def device_bytes(self, largest: bool) -> int:
+        """Device bytes with every variant (`together`), else with the largest or the smallest one."""
+        sizes = list(self.variants.values()) or [0]
+        extra = sum(sizes) if self.together else (max(sizes) if largest else min(sizes))
+        return self.device + extra
+
+
 @dataclass
 class CaseResult:
     """What one case produced: throughput rows (one per mode x backend) and out-of-memory records."""
@@ -105,4 +134,8 @@ class Scenario(Protocol):
 
     def run(self, case: dict[str, Any], ctx: RunContext) -> Iterator[CaseResult] | CaseResult:
         """Run one case: compare through `ctx.compare`, time through `ctx.bench`."""
+        ...
+
+    def memory(self, case: Any, device: str) -> CaseMemory:
+        """The case's predicted memory (checked by the runner against the machine before any work)."""
         ...

@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from scenarios import tolerances
-from scenarios.base import CaseResult, RunContext
+from scenarios.base import CaseMemory, CaseResult, RunContext
 from scenarios.ssm_engine import STATE_DIMS, SSMCase, Variant, base_row, label, timing_fields, variant_option
+from scenarios.ssm_memory import ssm_case_memory
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_scenarios import workload_for
 from states import MODES, SSMState, make_state
@@ -42,11 +43,14 @@ class CheckpointRestore:
 
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         cases = plan_ssm(self.name, options, drafts_default=3, dynamic=False, accept_default="geometric:0.7",
-                         rounds_default=24)
+                         rounds_default=24, trace_widths_vary=True)
         for case in cases:
             if case.rounds < 3:
-                raise ValueError("checkpoint-restore needs --rounds >= 3 (decode, snapshot, keep decoding)")
+                raise ValueError("--rounds: checkpoint-restore needs --rounds >= 3 (decode, snapshot, keep decoding)")
         return cases
+
+    def memory(self, case: SSMCase, device: str) -> CaseMemory:
+        return ssm_case_memory(case, device, restore=True)
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         wl = workload_for(case, ctx)

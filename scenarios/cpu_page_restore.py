@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from scenarios import page_options as po
-from scenarios.base import CaseResult, RunContext
+from scenarios.base import CaseMemory, CaseResult, RunContext
 from scenarios.page_tuning import kernel_name, launch_config
 from states.cpu_pages import CPUPagePool
 from states.kv_pool import KVPool, copy_group, group_traffic, page_rows
@@ -98,6 +98,9 @@ class CpuPageRestore:
 
     def plan(self, options: dict[str, Any]) -> list[po.PageCase]:
         return po.plan_cpu_page_restore(self.name, options)
+
+    def memory(self, case: po.PageCase, device: str) -> CaseMemory:
+        return po.page_case_memory(case, device)
 
     def run(self, case: po.PageCase, ctx: RunContext) -> CaseResult:
         result = CaseResult()

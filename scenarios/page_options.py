@@ -25,8 +25,9 @@ from typing import Any
 import torch
 
 from kernels.pages import VARIANTS, check_page_size, page_copy
-from scenarios.base import CaseResult, RunContext
-from scenarios.ssm_options import check_device, split_list
+from scenarios.base import CaseMemory, CaseResult, RunContext
+from scenarios.options import check_device, given, parse_int, parse_int_list, split_list
+from states.base import DTYPE_NAMES
 from states.geometry import AttnGeometry, SSMGeometry
 from states.kv_pool import KVPool, tp_group
 from states.presets import Preset, get_attn_preset
@@ -42,6 +43,7 @@ from states.state_pages import (
 PAGE_BACKENDS = ("torch", "triton")
 TP_DEGREES = (1, 2, 4, 8)  # the TP degrees pd-roundtrip pairs by default
 MAX_PAGES = 1 << 16
+SEED_MAX = 2**31 - 1
 SENTINEL = 0xA5  # every destination byte before a transfer
 KV_DTYPE = torch.bfloat16
 # `--pages auto`: on CUDA, pages per timed transfer so that one call moves about this many bytes (tens
@@ -97,18 +99,8 @@ def global_ssm(preset: Preset) -> SSMGeometry | None:
 
 
 # ------------------------------------------------------------------------------------------- parsing
-def parse_ints(value: Any, flag: str) -> list[int]:
-    out = []
-    for item in split_list(value, flag):
-        try:
-            out.append(int(item))
-        except ValueError:
-            raise ValueError(f"{flag} takes integers, got {item!r}") from None
-    return out
-
-
 def parse_page_sizes(value: Any, flag: str) -> list[int]:
-    sizes = parse_ints(value, flag)
+    sizes = parse_int_list(value, flag)
     for size in sizes:
         try:
             check_page_size(size)
@@ -132,20 +124,23 @@ def parse_pages(value: Any) -> int | None:
 
 
 def parse_presets(value: Any) -> list[str]:
-    names = split_list(value or "tiny-gdn", "--preset")
+    names = split_list(given(value, "tiny-gdn"), "--preset")
     for name in names:
-        get_attn_preset(name)  # ValueError naming the choices
+        try:
+            get_attn_preset(name)
+        except ValueError as e:  # naming the choices
+            raise ValueError(f"--preset: {e}") from None
     return names
 
 
-def check_tp(preset: str, tp: int) -> None:
+def check_tp(preset: str, tp: int, flag: str = "--tp") -> None:
     """ValueError unless TP `tp` divides or multiplies the preset's KV heads (MLA: any TP >= 1)."""
     if tp < 1:
-        raise ValueError(f"TP degrees must be >= 1, got {tp}")
+        raise ValueError(f"{flag}: TP degrees must be >= 1, got {tp}")
     try:
         get_attn_preset(preset).attn.local_kv_heads(tp)
     except ValueError as e:
-        raise ValueError(f"preset {preset}: {e}") from None
+        raise ValueError(f"{flag}: preset {preset}: {e}") from None
 
 
 def parse_tp_pairs(value: Any, preset: str) -> list[tuple[int, int]]:
@@ -160,7 +155,7 @@ def parse_tp_pairs(value: Any, preset: str) -> list[tuple[int, int]]:
             raise ValueError(f"--tp-pairs takes prefill:decode pairs like 1:2,8:1, got {item!r}")
         pair = (int(p), int(d))
         for tp in pair:
-            check_tp(preset, tp)
+            check_tp(preset, tp, "--tp-pairs")
         pairs.append(pair)
     return pairs
 
@@ -174,52 +169,86 @@ def _allows(preset: str, tp: int) -> bool:
 
 
 def parse_backends(value: Any, device: str) -> list[str]:
-    backends = split_list(value or "torch", "--backend")
+    backends = split_list(given(value, "torch"), "--backend")
     for b in backends:
         if b not in PAGE_BACKENDS:
-            raise ValueError(f"unknown backend {b!r}; page kernels run on {', '.join(PAGE_BACKENDS)}")
+            raise ValueError(f"--backend: unknown backend {b!r}; page kernels run on {', '.join(PAGE_BACKENDS)}")
     check_device(device, backends)
     return backends
 
 
 def parse_variants(value: Any) -> list[str]:
-    variants = split_list(value or ",".join(VARIANTS), "--variant")
+    variants = split_list(given(value, ",".join(VARIANTS)), "--variant")
     for v in variants:
         if v not in VARIANTS:
-            raise ValueError(f"unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
+            raise ValueError(f"--variant: unknown variant {v!r}; choose from {', '.join(VARIANTS)}")
     return variants
 
 
 def plan_cpu_page_restore(scenario: str, options: dict[str, Any]) -> list[PageCase]:
     """One case per preset x TP degree x page size."""
-    device = options.get("device") or "cpu"
+    device = given(options.get("device"), "cpu")
     backends = parse_backends(options.get("backend"), device)
     variants = parse_variants(options.get("variant"))
-    sizes = parse_page_sizes(options.get("page_size") or "256", "--page-size")
+    sizes = parse_page_sizes(given(options.get("page_size"), "256"), "--page-size")
     pages = parse_pages(options.get("pages"))
     presets = parse_presets(options.get("preset"))
-    tps = parse_ints(options.get("tp") or "1", "--tp")
+    tps = parse_int_list(given(options.get("tp"), "1"), "--tp")
     for preset in presets:
         for tp in tps:
             check_tp(preset, tp)
+    _check_seed(options)
+    opts = {**options, "scenario": scenario}
     return [
-        PageCase(scenario, preset, tuple(backends), tuple(variants), size, tp, tp, pages, dict(options))
+        PageCase(scenario, preset, tuple(backends), tuple(variants), size, tp, tp, pages, opts)
         for preset in presets for tp in tps for size in sizes
     ]  # fmt: skip
 
 
 def plan_pd_roundtrip(scenario: str, options: dict[str, Any]) -> list[PageCase]:
     """One case per preset x page size x TP pair (PD transfers have one variant: the direct kernel)."""
-    device = options.get("device") or "cpu"
+    device = given(options.get("device"), "cpu")
     backends = parse_backends(options.get("backend"), device)
-    sizes = parse_page_sizes(options.get("page_tokens") or "256", "--page-tokens")
+    sizes = parse_page_sizes(given(options.get("page_tokens"), "256"), "--page-tokens")
     pages = parse_pages(options.get("pages"))
+    _check_seed(options)
+    opts = {**options, "scenario": scenario}
     cases = []
     for preset in parse_presets(options.get("preset")):
         for p, d in parse_tp_pairs(options.get("tp_pairs"), preset):
-            cases += [PageCase(scenario, preset, tuple(backends), ("direct",), size, p, d, pages, dict(options))
+            cases += [PageCase(scenario, preset, tuple(backends), ("direct",), size, p, d, pages, opts)
                       for size in sizes]
     return cases
+
+
+def _check_seed(options: dict[str, Any]) -> None:
+    parse_int(given(options.get("seed"), 0), "--seed", 0, SEED_MAX)
+
+
+def page_case_memory(case: PageCase, device: str) -> CaseMemory:
+    """Predicted memory of a page case: the compared transfers' pools (source, a copy of it, the
+    destination group; a few tokens over four pages) and the timed transfer's (a pool group of
+    `pages x page size` tokens per side, the pages, the staging pages), every rank's heads counted
+    (replicated heads once per rank that holds them). CPU pages are host memory on any device."""
+    g, P = case.attn, case.page_size
+    parts = 2 if g.family == "gqa" else 1
+    row = g.layers * parts * g.head_dim * KV_DTYPE.itemsize  # one token, one head
+
+    def group(tokens: int, tp: int) -> int:
+        return (tokens + 1) * row * g.local_kv_heads(tp) * tp
+
+    compared_tokens = 4 * P + 8
+    n = case.timed_pages(page_bytes(g, P), device)
+    pools = 3 * group(compared_tokens, case.tp_prefill) + group(compared_tokens, case.tp_decode)
+    pools += group(n * P, case.tp_prefill) + group(n * P, case.tp_decode)
+    pages = (n + 4) * page_bytes(g, P)
+    staging = n * page_bytes(g, P) if "staged" in case.variants else 0
+    host_pages = case.scenario == "cpu-page-restore" and device.startswith("cuda")
+    return CaseMemory(
+        subject=f"--pages {case.pages or 'auto'} ({n} pages of {P} tokens, --preset {case.preset})",
+        device=pools + staging + (0 if host_pages else pages), host=pages if host_pages else 0,
+        hint="lower --pages or the page size",
+    )
 
 
 # ---------------------------------------------------------------------------------- bits and groups
@@ -366,8 +395,9 @@ def page_row(case: PageCase, ctx: RunContext, *, family: str, backend: str, dire
 
 def config_json(variant: str, pages: int, chunk_bytes: int, launch: dict[str, int]) -> str:
     """The row's `config`: the variant, the timed transfer's pages and page chunk bytes (one layer of
-    one page, what the bandwidth figure plots against), and the Triton launch parameters."""
-    return json.dumps({"variant": variant, "pages": pages, "chunk_bytes": chunk_bytes, **launch}, sort_keys=True)
+    one page, what the bandwidth figure plots against), the pages' dtype, and the Triton launch parameters."""
+    return json.dumps({"variant": variant, "pages": pages, "chunk_bytes": chunk_bytes, "dtype": DTYPE_NAMES[KV_DTYPE],
+                       **launch}, sort_keys=True)
 
 
 def chunk_bytes(g: AttnGeometry, page_size: int) -> int:

@@ -42,12 +42,11 @@ from scenarios.page_options import (
     PageCase,
     check_tp,
     page_bytes,
-    parse_ints,
     parse_page_sizes,
     poison,
     random_bits,
 )
-from scenarios.ssm_options import check_device, split_list
+from scenarios.options import check_device, given, parse_int_list, split_list
 from states.geometry import AttnGeometry
 from states.kv_pool import head_shard, kv_parts
 from states.presets import get_attn_preset
@@ -185,21 +184,21 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
     what `harness run cpu-page-restore` times at each page size: about 64 MiB per transfer on CUDA),
     `device`, `kernel` (comma list of `KERNELS`, default all).
     """
-    device = options.get("device") or "cpu"
+    device = given(options.get("device"), "cpu")
     check_device(device, ["triton"])
-    preset = get_attn_preset(options.get("preset") or "tiny-gdn")
+    preset = get_attn_preset(given(options.get("preset"), "tiny-gdn"))
     g = preset.attn
-    tps = parse_ints(options.get("tp") or "1", "--tp")
+    tps = parse_int_list(given(options.get("tp"), "1"), "--tp")
     if len(tps) != 1:
         raise ValueError(f"--tp takes one TP degree per autotune run, got {tps}")
     tp = tps[0]
     check_tp(preset.name, tp)
-    kernels = split_list(options.get("kernel") or ",".join(KERNELS), "--kernel")
+    kernels = split_list(given(options.get("kernel"), ",".join(KERNELS)), "--kernel")
     for k in kernels:
         if k not in KERNELS:
             raise ValueError(f"unknown page kernel {k!r}; choose from {', '.join(KERNELS)}")
-    sizes = parse_page_sizes(options.get("page_size") or "256", "--page-size")
-    explicit = parse_ints(options["batch"], "--batch") if options.get("batch") else None
+    sizes = parse_page_sizes(given(options.get("page_size"), "256"), "--page-size")
+    explicit = parse_int_list(options["batch"], "--batch") if options.get("batch") is not None else None
     if explicit and min(explicit) < 1:
         raise ValueError(f"--batch (pages per transfer) must be >= 1, got {explicit}")
     jobs = []

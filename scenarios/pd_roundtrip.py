@@ -41,8 +41,8 @@ from typing import Any
 import torch
 
 from scenarios import page_options as po
-from scenarios.base import CaseResult, RunContext
 from scenarios import pd_dist
+from scenarios.base import CaseMemory, CaseResult, RunContext
 from scenarios.page_tuning import kernel_name, launch_config
 from scenarios.pd_layout import Layout
 from states.kv_pool import KVPool, copy_group, page_rows
@@ -68,6 +68,9 @@ class PdRoundtrip:
         cases = po.plan_pd_roundtrip(self.name, options)
         pd_dist.check_transport(options, cases)
         return cases
+
+    def memory(self, case: po.PageCase, device: str) -> CaseMemory:
+        return po.page_case_memory(case, device)
 
     def run(self, case: po.PageCase, ctx: RunContext) -> CaseResult:
         g, P = case.attn, case.page_size

@@ -100,7 +100,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     """
     result = CaseResult()
     g = wl.geom
-    variants = _ordered(case)
+    variants = ordered_variants(case)
     checked = min(wl.batch, case.options.get("check_requests") or ctx.check_requests or wl.batch)
     comparisons = _Comparisons(case, ctx, g.family, _Reference(wl, checked), variants)
     status: dict[Variant, tuple[str, str]] = {}
@@ -150,7 +150,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     return result
 
 
-def _ordered(case: SSMCase) -> list[Variant]:
+def ordered_variants(case: SSMCase) -> list[Variant]:
     """torch before triton (the twin a triton variant is checked against), native first per backend;
     the fla baseline is native only."""
     backends = sorted(case.backends, key=lambda b: (b != "torch", b == "fla"))
@@ -581,6 +581,14 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
             row["max_concurrency"] = int(budget * 2**30 // terms["total"])
     except ValueError:
         pass
+    if v.backend != "fla":  # the fla baseline is not a state pool
+        try:
+            MODES[v.mode]._validate_config(g, cfg)
+        except ValueError:
+            # an unsupported mode (compact without drafts) is refused at plan time when asked for alone,
+            # so its row is reproduced by the run's own mode list
+            row["repro"] = ctx.repro({**case.options, "backend": v.backend, "batch": str(case.batch),
+                                      **variant_option(v)})
     return row
 
 

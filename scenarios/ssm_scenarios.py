@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenarios.base import CaseResult, RunContext
+from scenarios.base import CaseMemory, CaseResult, RunContext
 from scenarios.ssm_engine import SSMCase, run_ssm_case
+from scenarios.ssm_memory import ssm_case_memory
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_workload import AcceptModel, SSMWorkload, build_workload
 from scenarios.trace import load_trace
@@ -32,11 +33,18 @@ class Decode:
 
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         if options.get("drafts"):
-            raise ValueError("decode verifies one token per round; use mtp-fixed for --drafts")
-        return plan_ssm(self.name, options, drafts_default=0, dynamic=False, rounds_default=64)
+            raise ValueError("--drafts: decode verifies one token per round; use mtp-fixed for --drafts")
+        cases = plan_ssm(self.name, options, drafts_default=0, dynamic=False, rounds_default=64)
+        if cases and cases[0].drafts:
+            raise ValueError(f"--trace {options['trace']} verifies {cases[0].drafts} drafts per round and decode "
+                             "verifies one token; run it with mtp-fixed or mtp-dynamic")
+        return cases
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def memory(self, case: SSMCase, device: str) -> CaseMemory:
+        return ssm_case_memory(case, device)
 
 
 class MtpFixed:
@@ -47,11 +55,14 @@ class MtpFixed:
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         cases = plan_ssm(self.name, options, drafts_default=3, dynamic=False, accept_default="geometric:0.7")
         if cases and cases[0].drafts < 1:
-            raise ValueError("mtp-fixed needs --drafts >= 1 (use decode for width-1 rounds)")
+            raise ValueError("--drafts: mtp-fixed needs --drafts >= 1 (use decode for width-1 rounds)")
         return cases
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def memory(self, case: SSMCase, device: str) -> CaseMemory:
+        return ssm_case_memory(case, device)
 
 
 class MtpDynamic:
@@ -63,8 +74,11 @@ class MtpDynamic:
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         cases = plan_ssm(self.name, options, drafts_default=3, dynamic=True, accept_default="geometric:0.7")
         if cases and cases[0].drafts < 1:
-            raise ValueError("mtp-dynamic needs --drafts >= 1")
+            raise ValueError("--drafts: mtp-dynamic needs --drafts >= 1")
         return cases
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def memory(self, case: SSMCase, device: str) -> CaseMemory:
+        return ssm_case_memory(case, device)

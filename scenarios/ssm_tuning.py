@@ -21,7 +21,7 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import RunContext, TuneJob
-from scenarios.ssm_options import check_device, parse_batches, parse_dtype
+from scenarios.options import check_device, given, parse_batches, parse_dtype
 from scenarios.ssm_workload import AcceptModel, build_workload
 from states import make_state
 from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig
@@ -55,18 +55,18 @@ def lookup_configs(ctx: RunContext, geom: SSMGeometry, cfg: StateConfig, batch: 
 
 
 def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
-    preset = get_ssm_preset(options.get("preset") or "tiny-gdn")
-    device = options.get("device") or "cpu"
+    preset = get_ssm_preset(given(options.get("preset"), "tiny-gdn"))
+    device = given(options.get("device"), "cpu")
     check_device(device, ["triton"])
     drafts = 3 if options.get("drafts") is None else int(options["drafts"])
     if drafts < 1:
         raise ValueError("tuning covers verify rounds: --drafts must be >= 1")
-    state_dtype = parse_dtype(options.get("state_dtype") or "fp32", STATE_DTYPES, "--state-dtype")
-    act_dtype = parse_dtype(options.get("act_dtype") or "bf16", ACT_DTYPES, "--act-dtype")
+    state_dtype = parse_dtype(given(options.get("state_dtype"), "fp32"), STATE_DTYPES, "--state-dtype")
+    act_dtype = parse_dtype(given(options.get("act_dtype"), "bf16"), ACT_DTYPES, "--act-dtype")
     geom = replace(preset.ssm, layers=1)
     history_len = max(16, 1 << (drafts + 1 - 1).bit_length())
     jobs = []
-    for batch in parse_batches(options.get("batch") or "4"):
+    for batch in parse_batches(given(options.get("batch"), "4")):
         cfg = StateConfig("native", batch, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
                           history_len=history_len, backend="triton", device=device)
         jobs += _jobs_for(geom, cfg, batch)

@@ -52,7 +52,7 @@ class AcceptModel:
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"--accept geometric:{p} is not a probability in [0, 1]")
             return cls("geometric", p)
-        raise ValueError(f"unknown acceptance model {spec!r}; use {ACCEPT_HELP}")
+        raise ValueError(f"--accept: unknown acceptance model {spec!r}; use {ACCEPT_HELP}")
 
     def sample(self, widths: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         """`[n]` int32 accepted drafts for rows of `widths` (CPU tensors)."""

@@ -50,52 +50,64 @@ def save_trace(path: str | Path, wl: SSMWorkload, state_dtype: torch.dtype) -> N
 
 
 def read_trace(path: str | Path, geom: SSMGeometry) -> dict[str, Any]:
-    """Load and validate a trace against `geom`; ValueError naming the first problem."""
-    where = f"trace {path}"
+    """Load and validate a trace against `geom`: every field present, of its documented shape and
+    dtype, floats finite, widths and acceptances in range. ValueError naming the first problem, in one
+    line that starts with `--trace FILE`."""
+    where = f"--trace {path}"
+    if Path(path).is_dir():
+        raise ValueError(f"{where}: is a directory, not a trace file")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except Exception as e:  # a corrupt or foreign file: say so in one line
-        raise ValueError(f"{where}: not a readable trace ({type(e).__name__}: {e})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"{where}: not a readable trace ({type(e).__name__}: {first})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{where}: not an {FORMAT} file")
     if data.get("version") != VERSION:
         raise ValueError(f"{where}: version {data.get('version')} is not supported (this harness reads {VERSION})")
     want = {f: getattr(geom, f) for f in GEOMETRY_FIELDS}
-    if data["geometry"] != want:
-        raise ValueError(f"{where}: geometry {data['geometry']} does not match the preset's {want}")
+    if data.get("geometry") != want:
+        raise ValueError(f"{where}: geometry {data.get('geometry')} does not match the preset's {want}")
     act = ACT_DTYPES.get(data.get("act_dtype"))
     if act is None or data.get("state_dtype") not in STATE_DTYPES:
         raise ValueError(f"{where}: unknown dtypes act={data.get('act_dtype')!r} state={data.get('state_dtype')!r}")
-    drafts, W = int(data["drafts"]), int(data["drafts"]) + 1
-    init = data["init"]
-    n = init["ssm"].shape[0]
+    state = STATE_DTYPES[data["state_dtype"]]
+    drafts = data.get("drafts")
+    if not isinstance(drafts, int) or isinstance(drafts, bool) or drafts < 0:
+        raise ValueError(f"{where}: drafts must be an integer >= 0, got {drafts!r}")
+    W = drafts + 1
     g = geom
     gate_in = (g.value_heads,) if g.family == "gdn" else (g.value_heads, g.head_k_dim)
     bias = g.value_heads if g.family == "gdn" else g.value_heads * g.head_k_dim
-    _shape(where, "init.ssm", init["ssm"], (n, g.layers, g.value_heads, g.head_k_dim, g.head_v_dim))
-    _shape(where, "init.conv", init["conv"], (n, g.layers, g.conv_dim, g.conv_kernel - 1))
-    p = data["params"]
-    _shape(where, "params.conv_weight", p["conv_weight"], (g.layers, g.conv_dim, g.conv_kernel))
-    _shape(where, "params.A_log", p["A_log"], (g.layers, g.value_heads))
-    _shape(where, "params.dt_bias", p["dt_bias"], (g.layers, bias))
-    if not data["rounds"]:
-        raise ValueError(f"{where}: has no rounds")
-    for r, rd in enumerate(data["rounds"]):
+    init_ssm = _tensor(where, data, "init.ssm", None, state)
+    n = init_ssm.shape[0] if init_ssm.dim() else 0
+    if n < 1:
+        raise ValueError(f"{where}: init.ssm holds no request")
+    _tensor(where, data, "init.ssm", (n, g.layers, g.value_heads, g.head_k_dim, g.head_v_dim), state)
+    _tensor(where, data, "init.conv", (n, g.layers, g.conv_dim, g.conv_kernel - 1), act)
+    _tensor(where, data, "params.conv_weight", (g.layers, g.conv_dim, g.conv_kernel), act)
+    _tensor(where, data, "params.A_log", (g.layers, g.value_heads), torch.float32)
+    _tensor(where, data, "params.dt_bias", (g.layers, bias), torch.float32)
+    rounds = data.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        raise ValueError(f"{where}: rounds must be a non-empty list of rounds")
+    for r in range(len(rounds)):
         pre = f"rounds[{r}]"
-        _shape(where, f"{pre}.widths", rd["widths"], (n,))
-        _shape(where, f"{pre}.accepted", rd["accepted"], (n,))
-        _shape(where, f"{pre}.mixed_qkv", rd["mixed_qkv"], (g.layers, n * W, g.conv_dim))
-        _shape(where, f"{pre}.a", rd["a"], (g.layers, n * W, *gate_in))
-        _shape(where, f"{pre}.b", rd["b"], (g.layers, n * W, g.value_heads))
-        for i, (w, a) in enumerate(zip(rd["widths"].tolist(), rd["accepted"].tolist(), strict=True)):
+        widths = _tensor(where, data, f"{pre}.widths", (n,), "int")
+        accepted = _tensor(where, data, f"{pre}.accepted", (n,), "int")
+        _tensor(where, data, f"{pre}.mixed_qkv", (g.layers, n * W, g.conv_dim), act)
+        _tensor(where, data, f"{pre}.a", (g.layers, n * W, *gate_in), act)
+        _tensor(where, data, f"{pre}.b", (g.layers, n * W, g.value_heads), act)
+        for i, (w, a) in enumerate(zip(widths.tolist(), accepted.tolist(), strict=True)):
             if not 0 <= w <= W:
                 raise ValueError(f"{where}: {pre}.widths[{i}] = {w} outside [0, {W}]")
             lo, hi = (0, w - 1) if w else (-1, -1)
             if not lo <= a <= hi:
                 raise ValueError(f"{where}: {pre}.accepted[{i}] = {a} outside [{lo}, {hi}] for width {w}")
-    data["_act_dtype"], data["_batch"], data["_drafts"] = act, n, drafts
+    data["_act_dtype"], data["_state_dtype"], data["_batch"], data["_drafts"] = act, state, n, drafts
+    data["_rounds"] = len(rounds)
     return data
 
 
@@ -122,8 +134,24 @@ def load_trace(path: str | Path, geom: SSMGeometry, case: Any, device: str) -> S
     )
 
 
-def _shape(where: str, name: str, t: Any, want: tuple[int, ...]) -> None:
+def _tensor(where: str, data: dict[str, Any], name: str, shape: tuple[int, ...] | None,
+            dtype: torch.dtype | str) -> torch.Tensor:
+    """The tensor at dotted `name` (`rounds[2].a`), checked: present, `shape` (None: any), `dtype`
+    ("int": any integer dtype), and finite when it holds floats."""
+    t: Any = data
+    for part in name.replace("[", ".").replace("]", "").split("."):
+        container_ok = isinstance(t, dict) or (isinstance(t, list) and part.isdigit() and int(part) < len(t))
+        t = (t.get(part) if isinstance(t, dict) else t[int(part)]) if container_ok else None
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{where}: {name} is missing or not a tensor")
-    if tuple(t.shape) != tuple(want):
-        raise ValueError(f"{where}: {name} has shape {tuple(t.shape)}, expected {tuple(want)}")
+    if shape is not None and tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{where}: {name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+    if dtype == "int":
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise ValueError(f"{where}: {name} has dtype {t.dtype}, expected an integer dtype")
+    elif t.dtype != dtype:
+        raise ValueError(f"{where}: {name} has dtype {DTYPE_NAMES.get(t.dtype, t.dtype)}, the trace declares "
+                         f"{DTYPE_NAMES.get(dtype, dtype)}")
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{where}: {name} holds NaN or Inf")
+    return t

@@ -9,3 +9,26 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # Multi-config triton.autotune and triton.testing.do_bench need a benchmarker without a GPU; install it
 # before any module binds do_bench.
 import kernels.common.triton_cpu  # noqa: E402,F401
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def make_trace():
+    """`make_trace(path, preset="tiny-gdn", drafts=2, dynamic=True) -> path`: a small trace (batch 2, four
+    rounds, geometric:0.6 acceptance, fp32 state, bf16 activations) written with `save_trace`."""
+    import torch
+
+    from scenarios.ssm_workload import AcceptModel, build_workload
+    from scenarios.trace import save_trace
+    from states.presets import get_preset
+
+    def make(path, preset: str = "tiny-gdn", drafts: int = 2, dynamic: bool = True):
+        wl = build_workload(get_preset(preset).ssm, batch=2, drafts=drafts, rounds=4, state_dtype=torch.float32,
+                            act_dtype=torch.bfloat16, accept=AcceptModel.parse("geometric:0.6", drafts),
+                            dynamic_widths=dynamic, seed=5, device="cpu")
+        save_trace(path, wl, torch.float32)
+        return path
+
+    return make

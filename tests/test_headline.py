@@ -67,19 +67,19 @@ def test_headline_names_the_run_and_quotes_every_mode(run_dir: Path) -> None:
     rows = _table(text)
     assert list(rows[0]) == [
         "scenario", "preset", "state/act dtype", "batch", "drafts",
-        "native us", "compact us", f"{replay} us", "compact vs native", f"{replay} vs native",
+        "native us", "compact us", f"{replay} us", "compact: x faster than native", f"{replay}: x faster than native",
         "native % d2d-copy", "compact % d2d-copy", f"{replay} % d2d-copy",
         "native bytes/req", "compact bytes/req", f"{replay} bytes/req",
     ]  # fmt: skip
     assert rows[0] == {
         "scenario": "mtp-fixed", "preset": "qwen3-next", "state/act dtype": "fp32/bf16", "batch": "4", "drafts": "3",
         "native us": "100", "compact us": "50.0", f"{replay} us": "200",
-        "compact vs native": "2.00x", f"{replay} vs native": "0.50x",
+        "compact: x faster than native": "2.00x", f"{replay}: x faster than native": "0.50x",
         "native % d2d-copy": "40%", "compact % d2d-copy": "80%", f"{replay} % d2d-copy": "20%",
         "native bytes/req": "3.0 MiB", "compact bytes/req": "1.0 MiB", f"{replay} bytes/req": "2.0 MiB",
     }  # fmt: skip
     # a mode that did not pass shows its status, never a number
-    assert (rows[1]["batch"], rows[1][f"{replay} us"], rows[1][f"{replay} vs native"]) == ("8", "OOM", "-")
+    assert (rows[1]["batch"], rows[1][f"{replay} us"], rows[1][f"{replay}: x faster than native"]) == ("8", "OOM", "-")
 
 
 def test_headline_cli_prints_the_table_and_rejects_an_unknown_scenario(

@@ -58,6 +58,25 @@ def test_is_oom_recognises_torch_and_runtime_errors_only() -> None:
     assert not is_oom(OutOfResources(required=300_000, limit=232_448, name="shared memory"))
 
 
+def test_a_cpu_allocation_too_large_for_the_host_is_an_oom_with_its_size() -> None:
+    with oom_guard() as guard:
+        torch.empty(1 << 50, dtype=torch.uint8)  # a PiB: refused by the allocator at once, never touched
+    assert guard.record is not None and guard.record.wanted_bytes == 1 << 50
+
+
+def test_check_fits_refuses_a_case_the_host_cannot_hold() -> None:
+    from harness.memory import check_fits, host_available_bytes
+    from scenarios.base import CaseMemory
+
+    free = host_available_bytes()
+    assert free is not None and free > 0
+    small = CaseMemory(subject="--batch 4", device=1 << 20, variants={"native/torch": 1 << 20}, hint="lower --batch")
+    check_fits(small, "cpu", "decode on tiny-gdn")
+    big = CaseMemory(subject="--batch 9", device=1 << 20, host=free, variants={"a": 0, "b": 1 << 30}, hint="lower --batch")
+    with pytest.raises(ValueError, match=r"^--batch 9: decode on tiny-gdn needs about .* GiB and the host has .*; lower"):
+        check_fits(big, "cpu", "decode on tiny-gdn")  # on CPU the largest variant must fit
+
+
 def test_oom_guard_records_and_swallows_an_oom() -> None:
     with oom_guard() as guard:
         raise torch.OutOfMemoryError(TORCH_OOM_MESSAGE)

@@ -3,6 +3,7 @@
 Also checks that a run ends with its figures written (harness/runner.py calls results.plots.plot_run).
 """
 
+import os
 from pathlib import Path
 
 import jupytext
@@ -15,7 +16,8 @@ from harness import runner
 from harness.runner import run_scenario
 from results.store import Run, load_run
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
 SOURCE = NOTEBOOKS / "compare_modes.py"
 COMMITTED = NOTEBOOKS / "compare_modes.ipynb"
 ARGV = ["harness", "run", "mtp-fixed", "--rounds", "4", "--batch", "2,3"]
@@ -49,11 +51,15 @@ def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeyp
     # pointing at another Python cannot take over, and nothing is installed outside tmp_path.
     write_kernel_spec(tmp_path / "jupyter" / "kernels" / "python3")  # argv: sys.executable -m ipykernel_launcher
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.setenv("HARNESS_RUN", str(small_run))  # the kernel inherits this environment
+    # As notebooks/README.md runs it: HARNESS_RUN relative to the repository root, the kernel in notebooks/
+    # (where Jupyter runs a notebook). From notebooks/ this relative path names nothing.
+    relative = os.path.relpath(small_run, REPO)
+    assert not (NOTEBOOKS / relative).exists()
+    monkeypatch.setenv("HARNESS_RUN", relative)  # the kernel inherits this environment
     monkeypatch.setenv("MPLBACKEND", "Agg")
 
     nb = jupytext.read(SOURCE)
-    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(NOTEBOOKS)}})
     client.execute()  # raises CellExecutionError on the first failing cell
 
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
@@ -64,7 +70,7 @@ def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeyp
     assert f"run {small_run.name}:" in markdown  # the manifest header of the run it was given
     assert "equivalence: PASS" in markdown
     for mode in ("native", "compact-accept", "compact-deferred", "replay-inline (Lh 16, fp32 history)",
-                 "speedup vs native", "bytes/req measured"):
+                 "x faster than native", "bytes/req measured"):
         assert mode in html  # the side-by-side table
     assert "before the rollout" in html  # the equivalence verdicts table
     # replay drift, memory and throughput: one figure each for this one-scenario run

@@ -207,17 +207,17 @@ def test_tables_put_native_first_with_speedups_and_statuses(tmp_path):
     assert details.title == summary.title + " · details"
     replay = "replay (Lh 8, bf16 history)"  # replay-only axes label the mode instead of splitting rows
     assert summary.columns == [
-        "batch", "drafts", "width", "native us", "compact us", "compact vs native",
-        f"{replay} us", f"{replay} vs native",
+        "batch", "drafts", "width", "native us", "compact us", "compact: x faster than native",
+        f"{replay} us", f"{replay}: x faster than native",
     ]  # fmt: skip
     rows = {tuple(r[:3]): dict(zip(summary.columns, r)) for r in summary.rows}
     assert list(rows) == [("1", "3", "4"), ("8", "1", "2"), ("8", "3", "4"), ("64", "3", "4"), ("512", "3", "4")]
     assert rows[("8", "3", "4")]["native us"] == "800 (798-802)"
-    assert rows[("8", "3", "4")]["compact vs native"] == "1.25x"
-    assert rows[("8", "3", "4")][f"{replay} vs native"] == "1.11x"
+    assert rows[("8", "3", "4")]["compact: x faster than native"] == "1.25x"
+    assert rows[("8", "3", "4")][f"{replay}: x faster than native"] == "1.11x"
     assert rows[("8", "1", "2")]["compact us"] == "-"  # no such case
     assert rows[("512", "3", "4")]["native us"] == "OOM"
-    assert rows[("512", "3", "4")]["compact vs native"] == "-"  # no speedup against a row that did not pass
+    assert rows[("512", "3", "4")]["compact: x faster than native"] == "-"  # no speedup against a row that did not pass
     assert rows[("512", "3", "4")][f"{replay} us"] == "UNSUPPORTED"
 
     detail = {(r[0], r[1], r[3]): dict(zip(details.columns, r)) for r in details.rows}

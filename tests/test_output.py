@@ -1,0 +1,116 @@
+"""Output for people: progress in logs, one noise line per CPU run, speedups that say which way, figure
+titles that say what and where, and `harness compare` on runs that share nothing."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.progress import progress_reporter
+from results.plots import make_figure
+from results.schema import validate_rows
+from results.store import RunWriter
+from results.tables import SPEEDUP, log_lines, throughput_tables
+
+runner = CliRunner()
+
+
+def _row(mode: str, batch: int = 4, *, timer: str = "cpu-wall", noise: float = 30.0, median: float = 100.0,
+         **extra) -> dict:
+    row = {
+        "run_id": "r", "scenario": "mtp-fixed", "family": "gdn", "mode": mode, "backend": "torch", "preset": "tiny-gdn",
+        "device": "cpu" if timer == "cpu-wall" else "cuda:0", "batch": batch, "drafts": 3, "state_dtype": "fp32",
+        "act_dtype": "bf16", "status": "passed", "timer": timer, "samples": 30, "median_us": median,
+        "p20_us": median * 0.9, "p80_us": median * 1.1, "noise_pct": noise, "tokens_per_s": 1e5, "achieved_gbps": 1.0,
+        "ceiling_name": "cpu-memcpy", "ceiling_gbps": 10.0, "ceiling_pct": 10.0,
+    }  # fmt: skip
+    return {**row, **extra}
+
+
+def test_plain_progress_lines_off_a_terminal():
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=0.0) as progress:
+        advance = progress("decode tiny-gdn batch 4: native/torch", 3)
+        for _ in range(3):
+            advance()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "decode tiny-gdn batch 4: native/torch: started, 3 steps"
+    assert lines[1].startswith("decode tiny-gdn batch 4: native/torch: 1/3 after ")
+    assert lines[-1].startswith("decode tiny-gdn batch 4: native/torch: done, 3/3 in ") and len(lines) == 4
+
+
+def test_plain_progress_is_a_heartbeat_not_a_line_per_task():
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=3600.0) as progress:
+        for case in range(50):  # many short tasks, as the gate runs them
+            advance = progress(f"case {case}", 2)
+            advance(), advance()
+    assert stream.getvalue().splitlines() == ["case 0: started, 2 steps"]
+
+
+def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
+    stream = io.StringIO()
+    with progress_reporter(tty=True, stream=stream):
+        pass  # a run refused while planning: its error line must stand alone
+    assert stream.getvalue() == ""
+
+
+def test_a_run_in_a_log_says_what_it_is_doing(tmp_path):
+    result = runner.invoke(app, ["run", "decode", "--rounds", "2", "--warmup", "0", "--rep", "2", "--out",
+                                 str(tmp_path)], catch_exceptions=False)  # CliRunner's stdout is no TTY
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith("decode tiny-gdn batch 4: native/torch: started, 2 steps\n")
+    assert "started" not in result.stdout  # stdout keeps the tables (and --json) clean
+
+
+def test_cpu_noise_is_one_line_per_run_and_gpu_noise_one_per_row():
+    df = validate_rows(pd.DataFrame([_row(m, b) for m in ("native", "compact") for b in (2, 4, 8)]
+                                    + [_row("native", 16, noise=1.0)]))
+    (line,) = log_lines(df)
+    assert line.startswith("Warn: 6 of 7 CPU-timed rows have noise above 2% (worst 30.0%")
+    gpu = validate_rows(pd.DataFrame([_row("native", b, timer="cuda-graph", noise=5.0) for b in (2, 4)]))
+    assert [x.split(":")[0] for x in log_lines(gpu)] == ["Warn", "Warn"] and len(log_lines(gpu)) == 2
+
+
+def test_speedup_columns_say_which_way():
+    df = validate_rows(pd.DataFrame([_row("native", median=100.0), _row("compact", median=50.0)]))
+    summary = throughput_tables(df)[0]
+    column = f"compact: {SPEEDUP}"
+    assert SPEEDUP == "x faster than native" and column in summary.columns
+    assert summary.rows[0][summary.columns.index(column)] == "2.00x"
+
+
+@pytest.mark.parametrize("metric", ["throughput", "memory", "speedup", "bandwidth"])
+def test_figure_titles_name_preset_device_and_dtypes(metric):
+    rows = [_row(m, b, median=100.0 * b, bytes_per_request_predicted=1000, bytes_per_request_measured=1000)
+            for m in ("native", "compact") for b in (2, 4)]
+    fig = make_figure(validate_rows(pd.DataFrame(rows)), "mtp-fixed", "gdn", metric)
+    assert fig.axes[0].get_title() == "mtp-fixed · gdn · tiny-gdn · cpu · fp32 state, bf16 act"
+
+
+def test_page_figure_titles_name_the_kv_dtype():
+    rows = [_row("", None, scenario="pd-roundtrip", family="gqa", drafts=None, state_dtype=None,
+                 act_dtype=None, direction=d, tp_prefill=1, tp_decode=2, page_size=16,
+                 config='{"chunk_bytes": 1024, "dtype": "bf16", "pages": 1, "variant": "direct"}')
+            for d in ("export", "import")]
+    fig = make_figure(validate_rows(pd.DataFrame(rows)), "pd-roundtrip", "gqa", "page-bandwidth")
+    assert fig._suptitle.get_text().startswith("pd-roundtrip · gqa · tiny-gdn · cpu · bf16 KV")
+
+
+def test_compare_of_runs_with_nothing_in_common_says_so(tmp_path):
+    paths = []
+    for name, preset in (("a", "tiny-gdn"), ("b", "tiny-kda"), ("c", "tiny-gdn")):
+        with RunWriter(tmp_path, run_id=name, manifest={}) as w:
+            w.add_rows([{k: v for k, v in _row("native", preset=preset).items() if k != "run_id"}])
+        paths.append(str(w.path))
+    result = runner.invoke(app, ["compare", paths[0], paths[1]])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: a and b share no case, so there is nothing to compare: A has ")
+    assert "preset tiny-gdn" in lines[0] and "preset tiny-kda" in lines[0]
+    same = runner.invoke(app, ["compare", paths[0], paths[2]])
+    assert same.exit_code == 0 and "same" in same.output
