@@ -55,6 +55,7 @@ import torch.distributed as dist
 
 from scenarios import page_options as po
 from scenarios.base import CaseResult, RunContext
+from scenarios.options import parse_int
 from scenarios.pd_layout import Layout
 from states.kv_pool import KVPool, copy_rank, page_rows, tp_group
 from states.pd_pages import KV_HEAD_AXIS, PDPagePool, kv_field
@@ -104,10 +105,9 @@ def check_transport(options: dict[str, Any], cases: Sequence[po.PageCase]) -> No
         raise ValueError(f"--transport dist puts rank r on GPU r: give --device cuda, not {device}")
     if nproc is None:
         raise ValueError("--transport dist needs --nproc N (harness run starts N processes) or a torchrun launch")
-    counts = po.parse_ints(nproc, "--nproc")
-    if len(counts) != 1 or counts[0] < 2:
+    n = parse_int(nproc, "--nproc")
+    if n < 2:
         raise ValueError(f"--nproc must be one integer >= 2 (a prefill and a decode process), got {nproc}")
-    n = counts[0]
     if options.get("tp_pairs") is not None:
         for case in cases:
             try:
