@@ -92,7 +92,9 @@ def make_context(
         compare=equivalence.compare,
         rollout=equivalence.Rollout,
         record=record,
-        bench=lambda fn, setup=None: timing.bench(fn, device=device, timer=timer, warmup=warmup, rep=rep, setup=setup),
+        # `calls` > 1: fn does that many rounds, so fewer warm-up calls and samples cover the same work
+        bench=lambda fn, setup=None, calls=1: timing.bench(fn, device=device, timer=timer, warmup=max(1, warmup // calls),
+                                                           rep=max(5, rep // calls), setup=setup),
         oom_guard=lambda: _oom_guard(device),
         progress=progress or (lambda desc, total: (lambda: None)),
         dump_dir=dump_dir,

@@ -31,7 +31,8 @@ class RunContext:
         rollout: `rollout()` -> an accumulator with `add(index, comparison)` and `result()`, merging
             the per-round comparisons of one pair over a long rollout (drift series included).
         record: `record(comparison)` puts a comparison into the run's equivalence report.
-        bench: `bench(fn, setup=None) -> Timing` with the run's timer settings.
+        bench: `bench(fn, setup=None, calls=1) -> Timing` with the run's timer settings; `calls` says
+            how many rounds one call of `fn` does (the run's warm-up and sample counts are divided by it).
         oom_guard: context manager factory; inside it a CUDA out-of-memory error is caught and turned
             into `guard.record` (a dict with status `oom`, bytes wanted, free bytes), never a crash.
         progress: `progress(description, total) -> callable advance()`; a no-op in tests.

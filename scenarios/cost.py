@@ -105,6 +105,17 @@ def replay_round_bytes(
     return _common(tb, g, w) + float(fold_bytes + forward) * g.layers
 
 
+def fla_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
+    """The fla baseline (in place on the native pool): what every mode moves besides its state
+    (inputs, outputs, conv windows), plus splitting the conv output into the contiguous q, k, v fla
+    takes (read and written once), plus fla's state traffic: the accepted state read and one state
+    written per token (decode: the same row, in place), as native's."""
+    tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
+    split = (w * 2 * g.conv_dim * _nbytes(cfg.act_dtype)).sum()
+    states = ((w > 0).long() + w).sum() * tb.state
+    return _common(tb, g, w) + float(split + states) * g.layers
+
+
 def replay_counts_after(
     counts: torch.Tensor, widths: torch.Tensor, accepted: torch.Tensor, history_len: int
 ) -> torch.Tensor:

@@ -12,6 +12,7 @@ autotune spaces are chosen from measurements. Kernels (one layer, W = 1 + drafts
     deferred        compact verify (deferred): apply the pending records, write the state, verify
     replay          replay forward, `count` history records, no fold
     replay-fold     replay forward where every row folds its records first
+    precompute      replay precompute forward (tensor cores; BV at least 16), `count` history records
     decode          native decode (W = 1, state updated in place)
     fla-decode      fla-core fused_recurrent, T = 1, state in place through initial/final state
                     (fla writes a fresh final state: counted as one state read + write)
@@ -39,6 +40,7 @@ from kernels.ssm.compact import compact_commit, compact_verify  # noqa: E402
 from kernels.ssm.conv import causal_conv_update  # noqa: E402
 from kernels.ssm.native import native_verify  # noqa: E402
 from kernels.ssm.replay import replay_forward  # noqa: E402
+from kernels.ssm.replay_precompute import replay_precompute_forward  # noqa: E402
 from states import StateConfig, make_state  # noqa: E402
 from states.params import make_params, make_token_inputs  # noqa: E402
 from states.presets import get_ssm_preset  # noqa: E402
@@ -114,6 +116,15 @@ def kernel_cases(geom, params, n: int, drafts: int, state_dtype: torch.dtype, st
         out.append((name, (lambda r=rep, f=fold_from: replay_forward(r._pool, 0, qkv, x.a, x.b, p.A_log[0],
                                                                      p.dt_bias[0], slots, widths, cu, f, step)),
                     moved))
+
+    pre, _ = _state(geom, params, "replay", "precompute", n, drafts, state_dtype)
+    pre.cursor[:n] = 8
+    pre_cfg = {"BV": max(16, step["BV"]), "num_warps": step["num_warps"], "num_stages": 1}
+    derived = H * K * 4 + HV * V * 4 + HV * 4
+    raw = H * K * 2 + HV * V * 2 + HV * 4
+    out.append(("precompute", lambda: replay_precompute_forward(pre._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0],
+                                                                slots, widths, cu, pre_cfg),
+                n * (state + W * (derived + raw + tok_in) + 8 * derived)))
 
     dec, _ = _state(geom, params, "native", "", n, 0, state_dtype)
     x1 = make_token_inputs(geom, n, torch.bfloat16, torch.Generator().manual_seed(2)).to(DEVICE)
