@@ -11,8 +11,8 @@ variant, `P = 2W` in two halves for `deferred`; round token `t` lives at positio
     pending    [slots]                    int32         deferred: last accepted token of the pending round, -1 none
     parity     [slots]                    int32         deferred: the half holding the pending round
 
-Verify reads the state block, takes each token's output the way native does (`project_token`, from
-the round's start state: two reductions per token, the block never stepped) and writes the records. The `accept` variant commits with one launch
+Verify is native's token loop (same `load_token`, `prepare_token`, `delta_step`, rounding after
+every token) minus the state stores, plus the records. The `accept` variant commits with one launch
 for every layer and request that replays records `0 .. accepted[r]` and writes each state once. The
 `deferred` variant's verify first replays the pending records of its layer onto the state block it
 loaded (`replay_records`), stores the state once, then verifies the new tokens from the same
@@ -29,15 +29,8 @@ import triton
 import triton.language as tl
 
 from kernels.ssm.configs import Config
-from kernels.ssm.native import (
-    check_verify_inputs,
-    head_gate_params,
-    init_round_records,
-    round_records,
-    step_launch_options,
-    zero_padding_rows,
-)
-from kernels.ssm.step import delta_step, l2norm, load_token, prepare_token, project_token, round_to
+from kernels.ssm.native import check_verify_inputs, head_gate_params, step_launch_options, zero_padding_rows
+from kernels.ssm.step import delta_step, l2norm, load_token, prepare_token, round_to, step_output
 
 
 @dataclass(frozen=True)
@@ -140,8 +133,7 @@ def _load_record(p_rk, rec_v, rec_decay, rec_beta, p_rh, pos, valid, o_k, m_k, o
 def compact_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec_decay, rec_beta, pending, parity,
                           slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                          RW: tl.constexpr, IS_KDA: tl.constexpr, DEFERRED: tl.constexpr, BK: tl.constexpr,
-                          BV: tl.constexpr):
+                          IS_KDA: tl.constexpr, DEFERRED: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
     P: tl.constexpr = 2 * W if DEFERRED else W
@@ -175,10 +167,7 @@ def compact_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec
     w_k = m_k & (i_v == 0) & (i_hv % (HV // H) == 0)
     p_rk = rec_k + (row * H + i_h) * P * K + base * K
     p_rh = (row * HV + i_hv) * P + base  # (row, head, first position of this round) of the other records
-    o_j = tl.arange(0, RW)
-    b_kd, b_dd, b_eg = init_round_records(RW, BK, BV, IS_KDA)
     b_A_log, b_bias = head_gate_params(A_log, dt_bias, i_hv, o_k, m_k, K, IS_KDA)
-    # verify never steps the state: the outputs come from the block as loaded (project_token)
     for t in tl.static_range(W):
         c_q, c_k, c_v, c_a, c_b = x_q, x_k, x_v, x_a, x_b
         if t + 1 < W:
@@ -192,12 +181,13 @@ def compact_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec
         tl.store(rec_v + (p_rh + t) * V + o_v, c_v, mask=m_v & valid)
         if IS_KDA:
             tl.store(rec_decay + (p_rh + t) * GW + o_k, b_e, mask=m_k & (i_v == 0) & valid)
+            b_e = b_e[:, None]
         else:
             tl.store(rec_decay + p_rh + t, b_e, mask=(i_v == 0) & valid)
         tl.store(rec_beta + p_rh + t, b_beta, mask=(i_v == 0) & valid)
-        b_o, _, _, b_kd, b_dd, b_eg = project_token(b_h, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, o_j == t,
-                                                    IS_KDA, tl.float32)
-        tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, b_o, mask=m_v & valid)
+        b_h = delta_step(b_h, b_k, b_v, b_e, b_beta)
+        tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, step_output(b_h, b_q), mask=m_v & valid)
+        b_h = round_to(b_h, ssm.dtype.element_ty).to(tl.float32)
     zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
 
 
@@ -292,8 +282,8 @@ def compact_verify(
     compact_verify_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out, pool.ssm, pool.rec_k, pool.rec_v, pool.rec_decay, pool.rec_beta,
         *bookkeeping, slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, RW=round_records(W), IS_KDA=is_kda, DEFERRED=pool.deferred,
-        BK=triton.next_power_of_2(K), BV=BV, **opts,
+        H=H, HV=HV, K=K, V=V, W=W, IS_KDA=is_kda, DEFERRED=pool.deferred, BK=triton.next_power_of_2(K), BV=BV,
+        **opts,
     )
     return out
 

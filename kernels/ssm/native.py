@@ -4,9 +4,8 @@ Pool `ssm [L, slots, S + 1, HV, K, V]` (fp32 or bf16): snapshot `t` of a slot ho
 token `t` of the last round and `conv_offset[slot]` names the accepted one. Per request, value head
 and BV block of state columns, the kernel reads the accepted snapshot, then for each of its `w`
 tokens prepares q, k, v, `exp(g)` and beta from the conv output (`load_token`, `prepare_token`), runs `delta_step`,
-rounds the state to the state dtype, stores it into snapshot `t` and carries on from the rounded
-value. Outputs come from `project_token`: from the round's start state and the round's earlier
-tokens, in fp32, the way compact and replay compute them too. Decode (S = 0) is the same kernel with one
+takes the output from the unrounded fp32 state, rounds the state to the state dtype, stores it into
+snapshot `t` and carries on from the rounded value. Decode (S = 0) is the same kernel with one
 snapshot, updated in place. Grid and block shapes follow fla's fused_recurrent: one program per
 (V block, request, value head), the whole K in one block; the token loop is unrolled over the round
 width W (masked past a row's width) so every token's loads can be issued ahead of the math.
@@ -25,12 +24,12 @@ import triton.language as tl
 from kernels.ssm.configs import STEP, Config, check_config
 from kernels.ssm.step import (
     ENABLE_FP_FUSION,
-    decay_column,
+    decay_of,
     delta_step,
     load_token,
     prepare_token,
-    project_token,
     round_to,
+    step_output,
 )
 
 
@@ -55,21 +54,10 @@ def zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV: tl.co
 
 
 @triton.jit
-def init_round_records(RW: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, IS_KDA: tl.constexpr):
-    """Empty registers for `project_token` over a round's own tokens: `b_kd [RW, BK]`, `b_dd [RW, BV]`
-    and `e^G = 1` (a scalar for GDN, `[BK]` for KDA)."""
-    if IS_KDA:
-        b_eg = tl.full([BK], 1.0, dtype=tl.float32)
-    else:
-        b_eg = tl.sum(tl.full([2], 0.5, dtype=tl.float32), 0)  # a scalar 1.0 tensor
-    return tl.zeros([RW, BK], dtype=tl.float32), tl.zeros([RW, BV], dtype=tl.float32), b_eg
-
-
-@triton.jit
 def native_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots, widths, cu_seqlens,
                          layer, cap, n, scale, lower_bound,
                          H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                         RW: tl.constexpr, IS_KDA: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+                         IS_KDA: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
     i_v, i_nh = pid % NV, pid // NV
@@ -83,19 +71,16 @@ def native_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots
 
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    o_j = tl.arange(0, RW)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
     # snapshot t of (layer, slot, head) at ((row * W + t) * HV + i_hv) * K * V; row is int64 through slot
     row = layer * cap + slot
     o_h = o_k[:, None] * V + o_v[None, :]
-    x_q, x_k, x_v, x_a, x_b = load_token(qkv, a, b, bos, w > 0, i_h, i_hv, o_k, m_k, o_v, m_v, H, HV, K, V, IS_KDA)
     b_h = tl.load(ssm + ((row * W + off) * HV + i_hv) * K * V + o_h, mask=m_h & (w > 0), other=0.0).to(tl.float32)
-    b_s0 = b_h  # outputs come from the round's start state (project_token), the snapshots from the steps
-    b_kd, b_dd, b_eg = init_round_records(RW, BK, BV, IS_KDA)
     b_A_log, b_bias = head_gate_params(A_log, dt_bias, i_hv, o_k, m_k, K, IS_KDA)
     # the round's token loop, unrolled over W: token t + 1's loads are issued before token t's math and
     # stores (a store may alias a later load, so the compiler would not hoist them itself)
+    x_q, x_k, x_v, x_a, x_b = load_token(qkv, a, b, bos, w > 0, i_h, i_hv, o_k, m_k, o_v, m_v, H, HV, K, V, IS_KDA)
     for t in tl.static_range(W):
         c_q, c_k, c_v, c_a, c_b = x_q, x_k, x_v, x_a, x_b
         if t + 1 < W:
@@ -103,19 +88,12 @@ def native_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots
                                                  H, HV, K, V, IS_KDA)
         b_q, b_k, b_v, b_g, b_beta = prepare_token(c_q, c_k, c_v, c_a, c_b, b_A_log, b_bias, scale, lower_bound,
                                                    IS_KDA)
-        b_e = tl.exp(b_g)
-        b_o, _, _, b_kd, b_dd, b_eg = project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, o_j == t,
-                                                    IS_KDA, tl.float32)
-        tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, b_o, mask=m_v & (t < w))
-        b_h = round_to(delta_step(b_h, b_k, b_v, decay_column(b_e, IS_KDA), b_beta), ssm.dtype.element_ty)
+        b_h = delta_step(b_h, b_k, b_v, decay_of(b_g, IS_KDA), b_beta)
+        tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, step_output(b_h, b_q), mask=m_v & (t < w))
+        b_h = round_to(b_h, ssm.dtype.element_ty)
         tl.store(ssm + ((row * W + t) * HV + i_hv) * K * V + o_h, b_h, mask=m_h & (t < w))
         b_h = b_h.to(tl.float32)
     zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
-
-
-def round_records(W: int) -> int:
-    """Register rows for a round's own tokens in `project_token` (a power of two, at least 2)."""
-    return max(2, triton.next_power_of_2(W))
 
 
 def check_verify_inputs(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
@@ -197,6 +175,6 @@ def native_verify(
     native_verify_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots, widths, cu_seqlens,
         layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, RW=round_records(W), IS_KDA=is_kda, BK=triton.next_power_of_2(K), BV=BV, **opts,
+        H=H, HV=HV, K=K, V=V, W=W, IS_KDA=is_kda, BK=triton.next_power_of_2(K), BV=BV, **opts,
     )
     return out

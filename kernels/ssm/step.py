@@ -7,8 +7,8 @@ contraction a separately compiled kernel calling the same helper may fuse a mult
 (measured on an H200: committed states 1 ulp apart), and a different BV/warp layout changes the
 reduction tree of `tl.sum`.
 
-States evolve through `delta_step`; outputs come from `project_token`, the start-of-round form of the
-same math, which every mode shares so the output bits do not depend on which mode stepped the state.
+States evolve through `delta_step` and native and compact take outputs from the stepped state
+(`step_output`); replay's forward takes them from its checkpoint and history (`project_token`).
 
 Register blocks: `b_h [BK, BV]` fp32 (state rows K, a BV slice of columns V), `b_k`, `b_q [BK]` fp32,
 `b_v [BV]` fp32, `b_beta` scalar; the decay is a scalar `exp(g)` for GDN and a `[BK, 1]` column
@@ -54,6 +54,12 @@ def delta_step(b_h, b_k, b_v, b_decay, b_beta):
     b_d = b_beta * (b_v - tl.sum(b_h * b_k[:, None], 0))
     b_h = b_h + b_k[:, None] * b_d[None, :]
     return b_h
+
+
+@triton.jit
+def step_output(b_h, b_q):
+    """`o = S^T q` for the `[BV]` slice of columns held in `b_h`."""
+    return tl.sum(b_h * b_q[:, None], 0)
 
 
 @triton.jit
@@ -115,9 +121,10 @@ def project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, here, IS_K
         sk = S0^T (e^G * k) + sum_j ((e^{G - G_j} k_j) . k) d_j,   d = beta (v - sk),
         o  = S0^T (e^G * q) + sum_{j <= this} ((e^{G - G_j} k_j) . q) d_j.
 
-    Every mode takes its outputs from here (native and compact with the round's own tokens as the
-    records, replay with its history too), so compact equals native bit for bit without stepping
-    the state block, and the only work on the block per token is two independent reductions.
+    Replay's inline forward takes its outputs from here. (Taking native's and compact's outputs from
+    here too, so compact verify would never step the state, was measured on an H200 and was slower:
+    compact verify 46.8% of the copy ceiling at best against 46.1% stepping, native 77% against 86%,
+    the `[W, K]` record registers costing more than the saved rank-1 updates.)
 
     Args:
         b_s0: `[BK, BV]` fp32 start state; b_kd `[J, BK]` decayed keys and b_dd `[J, BV]` values of
