@@ -14,8 +14,8 @@ autotune spaces are chosen from measurements. Kernels (one layer, W = 1 + drafts
     replay-fold     replay forward where every row folds its records first
     precompute      replay precompute forward (tensor cores; BV at least 16), `count` history records
     decode          native decode (W = 1, state updated in place)
-    fla-decode      fla-core fused_recurrent, T = 1, state in place through initial/final state
-                    (fla writes a fresh final state: counted as one state read + write)
+    fla-decode      fla-core fused_recurrent_kda_fwd in place on a pool, T = 1 (the decode baseline),
+                    with the q/k/v split of the conv output it needs
 
 Usage (prints a table, writes CSV):
     python3 scripts/bench_kernels.py --preset qwen3-next --batch 32,128,512 --out kernels.csv
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import json
 import sys
 import time
 from dataclasses import replace
@@ -137,26 +138,30 @@ def kernel_cases(geom, params, n: int, drafts: int, state_dtype: torch.dtype, st
 
 
 def fla_cases(geom, params, n: int, state_dtype: torch.dtype):
+    """fla-core's fused_recurrent_kda_fwd in place on a pool (the decode baseline), T = 1."""
     try:
-        from kernels.ssm.fla_baseline import fla_fused_recurrent
+        from kernels.ssm.fla_baseline import FlaLayerInputs, fla_fused_recurrent_inplace
     except ImportError:
         return []
     HV, K, V = geom.value_heads, geom.head_k_dim, geom.head_v_dim
     x1 = make_token_inputs(geom, n, torch.bfloat16, torch.Generator().manual_seed(2)).to(DEVICE)
-    h0 = torch.rand(n, HV, K, V, device=DEVICE).to(state_dtype)
-    cu1 = torch.arange(n + 1, dtype=torch.int32, device=DEVICE)
+    rows = torch.rand(n, HV, K, V, device=DEVICE).to(state_dtype)
+    cu1 = torch.arange(n + 1, dtype=torch.int64, device=DEVICE)
+    idx = torch.arange(n, device=DEVICE)
     p = params
-    sb = h0.element_size()
+    li = FlaLayerInputs.of(x1.a, x1.b, p.A_log[0], p.dt_bias[0], K, geom.lower_bound)
+    sb = rows.element_size()
 
     def run():
-        return fla_fused_recurrent(x1.mixed_qkv, x1.a, x1.b, p.A_log[0], p.dt_bias[0], h0, cu1, geom.lower_bound)
+        return fla_fused_recurrent_inplace(x1.mixed_qkv, li, rows, idx, cu1, None, geom.key_heads)
 
     try:
         run()
     except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
         print(f"fla baseline unavailable: {type(e).__name__}: {e}", file=sys.stderr)
         return []
-    return [("fla-decode", run, n * (HV * K * V * (sb + 4) + (geom.conv_dim + 2 * HV) * 2 + HV * V * 2))]
+    moved = n * (2 * HV * K * V * sb + (3 * geom.conv_dim + HV * K + HV) * 2 + HV * V * 2)  # incl. the q/k/v split
+    return [("fla-decode", run, moved)]
 
 
 def main() -> None:
@@ -206,6 +211,8 @@ def main() -> None:
                              gbps=round(gbps, 1), ceiling_pct=round(100 * gbps / ceiling, 1)))
         print(f"batch {n} done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
     fields = ["kernel", "batch", "BV", "warps", "status", "median_us", "p20_us", "p80_us", "bytes", "gbps", "ceiling_pct"]
+    manifest = env.manifest(["scripts/bench_kernels.py", *sys.argv[1:]], 0, DEVICE, ceilings)
+    Path(args.out).with_suffix(".manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     with open(args.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
