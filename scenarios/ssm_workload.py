@@ -113,8 +113,8 @@ class SSMWorkload:
         """Packed `[n * W, ...]` inputs of `layer` in round `rnd`, on the run device."""
         if self.trace_inputs is not None:
             return self.trace_inputs[rnd][layer].to(self.device)
-        gen = torch.Generator().manual_seed(_mix(self.seed, 1000 + rnd, layer))
-        return make_token_inputs(self.geom, self.batch * self.width, self.act_dtype, gen).to(self.device)
+        gen = torch.Generator(device=self.device).manual_seed(_mix(self.seed, 1000 + rnd, layer))
+        return make_token_inputs(self.geom, self.batch * self.width, self.act_dtype, gen)
 
 
 def build_workload(
@@ -134,8 +134,11 @@ def build_workload(
     gen = torch.Generator().manual_seed(_mix(seed, 0, 0))
     params = make_params(geom, act_dtype, gen).to(device)
     L, HV, K, V = geom.layers, geom.value_heads, geom.head_k_dim, geom.head_v_dim
-    init_ssm = (torch.randn(batch, L, HV, K, V, generator=gen) * K**-0.5).to(state_dtype).to(device)
-    init_conv = torch.randn(batch, L, geom.conv_dim, geom.conv_kernel - 1, generator=gen).to(act_dtype).to(device)
+    # drawn where they live: at model shapes the initial states are tens of GB on the CPU (seconds to
+    # minutes a case); a CUDA run's seeded bits therefore differ from a CPU run's
+    dgen = torch.Generator(device=device).manual_seed(_mix(seed, 0, 1))
+    init_ssm = (torch.randn(batch, L, HV, K, V, generator=dgen, device=device) * K**-0.5).to(state_dtype)
+    init_conv = torch.randn(batch, L, geom.conv_dim, geom.conv_kernel - 1, generator=dgen, device=device).to(act_dtype)
     W = drafts + 1
     widths, accepted = [], []
     for r in range(rounds):

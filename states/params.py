@@ -61,10 +61,12 @@ def make_params(geom: SSMGeometry, act_dtype: torch.dtype, generator: torch.Gene
 def make_token_inputs(
     geom: SSMGeometry, tokens: int, act_dtype: torch.dtype, generator: torch.Generator
 ) -> TokenInputs:
-    """Random inputs for `tokens` packed rows of one layer."""
+    """Random inputs for `tokens` packed rows of one layer, drawn on the generator's device (at model
+    shapes a round of inputs is hundreds of MB: drawing it on the CPU and copying cost seconds a case)."""
     a_shape = (tokens, geom.value_heads) if geom.family == "gdn" else (tokens, geom.value_heads, geom.head_k_dim)
+    dev = generator.device
     return TokenInputs(
-        mixed_qkv=torch.randn(tokens, geom.conv_dim, generator=generator).to(act_dtype),
-        a=torch.randn(*a_shape, generator=generator).to(act_dtype),
-        b=torch.randn(tokens, geom.value_heads, generator=generator).to(act_dtype),
+        mixed_qkv=torch.randn(tokens, geom.conv_dim, generator=generator, device=dev).to(act_dtype),
+        a=torch.randn(*a_shape, generator=generator, device=dev).to(act_dtype),
+        b=torch.randn(tokens, geom.value_heads, generator=generator, device=dev).to(act_dtype),
     )
