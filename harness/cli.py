@@ -79,6 +79,9 @@ ReplayForward = Annotated[str | None, typer.Option(
     help="comma list of replay forward variants (default inline): inline (token by token) | precompute (the round's projections "
          "as matrix products on tensor cores; compared by tolerance only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
+Gates = Annotated[str, typer.Option(
+    help="gate inputs: random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "
+         "where bf16 state drifts most)")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
 Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
 CheckRequests = Annotated[int, typer.Option(help="requests compared against the fp64 reference per case")]
@@ -132,6 +135,7 @@ def _ssm_command(scenario: str, has_drafts: bool, rounds_help: str):
         history_dtype: HistoryDtype = "fp32",
         compact_commit: CompactCommit = None,
         replay_forward: ReplayForward = None,
+        gates: Gates = "random",
         trace: Trace = None,
         dump: Dump = None,
         check_requests: CheckRequests = 4,

@@ -60,6 +60,7 @@ class SSMCase:
     options: dict[str, Any]  # the CLI options of the run (for repro commands and row identity)
     compact_commits: tuple[str, ...] = ("accept",)  # compact variants to run (--compact-commit)
     replay_forwards: tuple[str, ...] = ("inline",)  # replay variants to run (--replay-forward)
+    gates: str = "random"  # gate inputs (--gates): random | long-memory
 
     def config(self, mode: str, backend: str, device: str, capacity: int, variant: str = "") -> StateConfig:
         return StateConfig(
@@ -567,6 +568,7 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
         "act_dtype": DTYPE_NAMES[case.act_dtype],
         "history_len": case.history_len if v.mode == "replay" else None,
         "history_dtype": DTYPE_NAMES[case.history_dtype] if v.mode == "replay" else None,
+        "gates": None if case.gates == "random" else case.gates,
         "layers": g.layers,
         "config": "",
         "config_source": "",

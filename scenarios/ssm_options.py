@@ -14,6 +14,7 @@ from scenarios.ssm_workload import AcceptModel
 from scenarios.trace import read_trace
 from states import MODES
 from states.base import ACT_DTYPES, MODE_VARIANTS, STATE_DTYPES
+from states.params import check_gates
 
 SSM_BACKENDS = ("torch", "triton", "fla")
 # The variants a run compares when --compact-commit / --replay-forward are not given.
@@ -136,6 +137,9 @@ def plan_ssm(
         if options.get("accept") not in (None, "trace"):
             raise ValueError("with --trace, acceptances come from the trace (leave --accept unset or use trace)")
         batches, rounds, accept_spec, act_dtype = [data["_batch"]], len(data["rounds"]), "trace", data["_act_dtype"]
+    gates = check_gates(options.get("gates") or "random")
+    if trace is not None and gates != "random":
+        raise ValueError("--gates generates gate inputs; with --trace every input comes from the trace")
     snapshot_every = int(options.get("snapshot_every") or 8)
     opts = {**options, "family": preset.ssm.family}
     return [
@@ -144,6 +148,7 @@ def plan_ssm(
             drafts=drafts, rounds=rounds, state_dtype=state_dtype, act_dtype=act_dtype, history_len=history_len,
             history_dtype=history_dtype, accept=accept_spec, snapshot_every=snapshot_every,
             options={**opts, "dynamic": dynamic}, compact_commits=compact_commits, replay_forwards=replay_forwards,
+            gates=gates,
         )
         for b in batches
     ]
