@@ -256,7 +256,10 @@ def gate(
     junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
     out: Out = None,
 ) -> None:
-    """Check every SPEC §5 contract at gate shapes; exit 1 if any comparison fails."""
+    """Check every SPEC §5 contract at gate shapes; exit 1 on a broken contract, a missing or failed variant,
+    or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
+    skips them)."""
+    _interpret_triton_on_cpu(device, backend)
     from harness.gate import run_gate
 
     with _progress() as progress:
@@ -269,6 +272,22 @@ def gate(
     console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
     if not outcome.passed:
         raise typer.Exit(1)
+
+
+def _interpret_triton_on_cpu(device: str, backend: str | None) -> None:
+    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter.
+    Triton picks interpreter or compiler when a kernel is defined (at import, done by now), so the
+    command starts again with TRITON_INTERPRET=1, once, saying so."""
+    import os
+
+    wants_triton = backend is None or "triton" in backend.split(",")
+    if device != "cpu" or not wants_triton or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    typer.echo("gate: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter "
+               "(--backend torch skips them)", err=True)
+    sys.stdout.flush(), sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "harness", *sys.argv[1:]],
+              {**os.environ, "TRITON_INTERPRET": "1"})
 
 
 # ------------------------------------------------------------------------------------------ autotune

@@ -6,6 +6,7 @@ directory; a run that fails later stays `<run-id>.partial/` with FAILED.txt, nev
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import warnings
 from collections.abc import Callable, Iterator
@@ -17,14 +18,14 @@ from typing import Any
 import torch
 
 from harness import autotune, env, equivalence, memory, timing
-from results.plots import plot_run
-from results.store import RunWriter, load_run
+from harness.phases import PhaseClock
+from results.store import RunWriter, load_run, update_manifest
 from scenarios import RunContext, get_scenario
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
 # Autotuned configs (keyed inside by GPU name, Triton version, kernel, static key); `harness autotune` fills it.
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / "results" / "autotune" / "cache.json"
-INTERNAL_OPTIONS = {"family", "dynamic", "out", "dump", "json", "quiet"}
+INTERNAL_OPTIONS = {"family", "dynamic", "out", "dump", "json", "quiet", "snapshot_every", "snapshot_requests"}
 
 
 @dataclass
@@ -75,9 +76,12 @@ def make_context(
     rep: int = 30,
     autotune_level: str = "cache-only",
     autotune_cache: Path | str = DEFAULT_CACHE,
+    clock: PhaseClock | None = None,
 ) -> tuple[RunContext, equivalence.EquivalenceReport]:
-    """A RunContext wired to the harness (comparisons go to `writer` and to the returned report)."""
+    """A RunContext wired to the harness (comparisons go to `writer` and to the returned report); with a
+    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own)."""
     report = equivalence.EquivalenceReport()
+    clock = clock or PhaseClock(device)
     level = autotune.Level(autotune_level)
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError(f"runs look configs up (cache-only | off); tune with `harness autotune --level {level.value}`")
@@ -94,15 +98,30 @@ def make_context(
         if writer is not None:
             writer.add_equivalence(c)
 
+    def compare(*args: Any, **kwargs: Any) -> equivalence.Comparison:
+        with clock.phase("compare"):
+            return equivalence.compare(*args, **kwargs)
+
+    def compare_each(*args: Any, **kwargs: Any) -> list[equivalence.Comparison]:
+        with clock.phase("compare"):
+            return equivalence.compare_each(*args, **kwargs)
+
+    def bench(fn: Callable[[], Any], setup: Callable[[], Any] | None = None) -> timing.Timing:
+        with clock.phase("timing"):
+            return timing.bench(fn, device=device, timer=timer, warmup=warmup, rep=rep, setup=setup)
+
     ctx = RunContext(
         device=device,
         seed=seed,
         ceilings=ceilings,
-        compare=equivalence.compare,
+        compare=compare,
+        compare_each=compare_each,
         rollout=equivalence.Rollout,
         record=record,
-        bench=lambda fn, setup=None: timing.bench(fn, device=device, timer=timer, warmup=warmup, rep=rep, setup=setup),
+        bench=bench,
         oom_guard=lambda: _oom_guard(device),
+        unpaired=equivalence.unpaired,
+        phase=clock.phase,
         progress=progress or (lambda desc, total: (lambda: None)),
         dump_dir=dump_dir,
         check_requests=check_requests,
@@ -122,6 +141,14 @@ def run_scenario(
     progress: Callable[[str, int], Callable[[], None]] | None = None,
 ) -> RunOutcome:
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options."""
+    device = options.get("device") or "cpu"
+    clock = PhaseClock(device)
+    with clock.phase("setup"):
+        return _run_scenario(name, options, argv, out_root, progress, clock)
+
+
+def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root: Path | str,
+                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock) -> RunOutcome:
     scenario = get_scenario(name)
     cases = scenario.plan(options)
     if options.get("rep") is not None and int(options["rep"]) < 2:
@@ -143,18 +170,44 @@ def run_scenario(
             autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
             warmup=5 if options.get("warmup") is None else int(options["warmup"]),
             rep=30 if options.get("rep") is None else int(options["rep"]),
+            clock=clock,
         )
         rows = []
         for case in cases:
-            result = scenario.run(case, ctx)
+            result = run_case(scenario, case, ctx, clock)
             writer.add_rows(result.rows)
             for rec in result.ooms:
                 writer.add_oom(rec)
             rows += result.rows
-    # Every run directory gets its figures (SPEC §9). The run is complete and valid by now, so a figure that
-    # cannot be drawn is a warning, not a failed run (plot_run itself skips figures that have no data).
-    try:
-        plot_run(load_run(writer.path))
-    except Exception as exc:
-        warnings.warn(f"figures of {writer.path} not drawn: {exc!r}", stacklevel=2)
+        with clock.phase("write"):
+            writer.finish()  # validates and writes the tables (the `with` would, uncounted)
+    draw_figures(writer.path, clock)
     return RunOutcome(writer.path, rows, report)
+
+
+def case_label(scenario_name: str, case: Any) -> str:
+    """A case in one readable line (the case's own `label`, else the scenario name)."""
+    return getattr(case, "label", None) or scenario_name
+
+
+def run_case(scenario: Any, case: Any, ctx: RunContext, clock: PhaseClock) -> Any:
+    """Run one case with its comparisons labelled by the case (failure lines and JUnit names say which)."""
+    label = case_label(scenario.name, case)
+    record = ctx.record
+    labelled = dataclasses.replace(ctx, record=lambda c: record(dataclasses.replace(c, case=label)))
+    with clock.case(label):
+        return scenario.run(case, labelled)
+
+
+def draw_figures(path: Path, clock: PhaseClock) -> None:
+    """Every run directory gets its figures (SPEC §9), drawn once per run after every case, then the
+    run's wall-time profile goes into its manifest. The run is complete and valid by now, so a figure
+    that cannot be drawn is a warning, not a failed run (plot_run itself skips figures without data)."""
+    with clock.phase("figures"):
+        try:
+            from results.plots import plot_run  # matplotlib only when figures are drawn
+
+            plot_run(load_run(path))
+        except Exception as exc:
+            warnings.warn(f"figures of {path} not drawn: {exc!r}", stacklevel=2)
+    update_manifest(path, clock.profile())

@@ -1,0 +1,26 @@
+"""A run says where its wall time went (manifest `wall_s`, SPEC §7)."""
+
+from __future__ import annotations
+
+import json
+
+from harness.runner import run_scenario
+
+
+def _long_decode(tmp_path):
+    return run_scenario("decode", {"preset": "tiny-gdn", "batch": "1,2", "rounds": 32, "gates": "long-memory",
+                                   "rep": 2, "warmup": 0}, argv=["harness", "run", "decode"], out_root=tmp_path)
+
+
+def test_run_profile_counts_every_second_once(tmp_path):
+    outcome = _long_decode(tmp_path)
+    manifest = json.loads((outcome.path / "manifest.json").read_text())
+    wall = manifest["wall_s"]
+    for phase in ("imports", "setup", "reference", "rollout", "compare", "timing", "figures", "write", "total"):
+        assert wall[phase] >= 0, phase
+    assert wall["rollout"] > 0 and wall["compare"] > 0 and wall["timing"] > 0 and wall["figures"] > 0
+    parts = sum(v for k, v in wall.items() if k != "total")
+    assert abs(parts - wall["total"]) <= 0.02 * wall["total"] + 0.05, wall  # each second counted once
+    cases = manifest["case_wall_s"]
+    assert set(cases) == {"decode tiny-gdn, fp32 state, batch 1, 32 rounds, Lh 16, long-memory gates",
+                          "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 16, long-memory gates"}
