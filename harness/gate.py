@@ -35,7 +35,7 @@ from harness import env
 from harness.equivalence import Comparison, EquivalenceReport, failure_line
 from harness.expected import RowCheck, check_case
 from harness.phases import PhaseClock
-from harness.runner import DEFAULT_OUT, case_label, make_context, run_case
+from harness.runner import DEFAULT_OUT, case_label, draw_figures, make_context, run_case
 from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
 from scenarios import get_scenario
@@ -210,7 +210,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     update_manifest(writer.path, {"gate_passed": verdict.passed, "gate_summary": verdict.summary()})
     if junit is not None:
         write_junit(verdict, junit)
-    update_manifest(writer.path, clock.profile())
+    draw_figures(writer.path, clock, drift_only=True)
     return GateOutcome(verdict.passed, writer.path, verdict.lines())
 
 

@@ -199,15 +199,21 @@ def run_case(scenario: Any, case: Any, ctx: RunContext, clock: PhaseClock) -> An
         return scenario.run(case, labelled)
 
 
-def draw_figures(path: Path, clock: PhaseClock) -> None:
-    """Every run directory gets its figures (SPEC §9), drawn once per run after every case, then the
-    run's wall-time profile goes into its manifest. The run is complete and valid by now, so a figure
-    that cannot be drawn is a warning, not a failed run (plot_run itself skips figures without data)."""
+def draw_figures(path: Path, clock: PhaseClock, *, drift_only: bool = False) -> None:
+    """Every run directory gets its figures (SPEC §9), drawn once per run after every case (the gate's:
+    the drift figures only, it times nothing), then the run's wall-time profile goes into its manifest.
+    The run is complete and valid by now, so a figure that cannot be drawn is a warning, not a failed
+    run (plot_run itself skips figures without data)."""
     with clock.phase("figures"):
-        try:
-            from results.plots import plot_run  # matplotlib only when figures are drawn
+        try:  # matplotlib only when figures are drawn
+            if drift_only:
+                from results.drift import drift_figures
 
-            plot_run(load_run(path))
+                drift_figures(load_run(path).comparisons, path / "figures")
+            else:
+                from results.plots import plot_run
+
+                plot_run(load_run(path))
         except Exception as exc:
             warnings.warn(f"figures of {path} not drawn: {exc!r}", stacklevel=2)
     update_manifest(path, clock.profile())

@@ -17,6 +17,9 @@ KV page scenarios (cpu-page-restore, pd-roundtrip) get one figure per (scenario,
   64 KiB chunk size of the goals dotted, so the small-page cliff shows. A sweep of one page size
   over TP pairs (pd-roundtrip) puts the TP pair on the x axis instead.
 
+Long rollouts also get `drift-<case>.png` (results/drift.py): each mode's RMS ratio to the fp64 reference
+per round, per state dtype.
+
 A line's label is its mode plus every other key column that varies inside the figure (backend,
 preset, drafts, dtypes, ...). A figure with no data to draw is skipped and the reason returned,
 never an exception.
@@ -32,6 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
+from results.drift import drift_figures
 from results.schema import KEY, Status
 from results.store import Run
 from results.tables import mode_label, mode_order
@@ -63,6 +67,7 @@ def plot_run(run: Run, out_dir: str | Path | None = None) -> dict[str, Path | st
                 continue
             fig.savefig(out / name, dpi=120)
             results[name] = out / name
+    results.update(drift_figures(run.comparisons, out))
     return results
 
 

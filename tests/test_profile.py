@@ -1,10 +1,13 @@
-"""A run says where its wall time went (manifest `wall_s`, SPEC §7)."""
+"""A run says where its wall time went (manifest `wall_s`, SPEC §7) and draws the drift figure of a long
+rollout once, after every case."""
 
 from __future__ import annotations
 
 import json
 
 from harness.runner import run_scenario
+from results.drift import figure
+from results.store import load_run
 
 
 def _long_decode(tmp_path):
@@ -24,3 +27,18 @@ def test_run_profile_counts_every_second_once(tmp_path):
     cases = manifest["case_wall_s"]
     assert set(cases) == {"decode tiny-gdn, fp32 state, batch 1, 32 rounds, Lh 16, long-memory gates",
                           "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 16, long-memory gates"}
+
+
+def test_long_rollouts_get_a_drift_figure(tmp_path):
+    outcome = _long_decode(tmp_path)
+    drift = sorted(p.name for p in (outcome.path / "figures").glob("drift-*.png"))
+    assert drift == ["drift-decode-tiny-gdn-batch-1-32-rounds-lh-16-long-memory-gates.png",
+                     "drift-decode-tiny-gdn-batch-2-32-rounds-lh-16-long-memory-gates.png"]
+    # one line per mode and state dtype in each panel, from the per-round series against fp64
+    batch2 = "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 16, long-memory gates"
+    comps = [c for c in load_run(outcome.path).comparisons if c.case == batch2 and c.rhs == "fp64-reference"]
+    fig = figure("decode", [("fp32", c) for c in comps])
+    outputs, states = fig.axes
+    assert sorted(outputs.get_legend_handles_labels()[1]) == ["native/torch fp32 state", "replay/torch fp32 state"]
+    assert sorted(states.get_legend_handles_labels()[1]) == ["native/torch fp32 state", "replay/torch fp32 state"]
+    assert all(len(line.get_xdata()) == 32 for line in outputs.lines if line.get_label().endswith("state"))
