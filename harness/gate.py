@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness import env
+from harness import env, fontcache
 from harness.equivalence import Comparison, EquivalenceReport, failure_line
 from harness.expected import RowCheck, check_case
 from harness.phases import PhaseClock
@@ -184,6 +184,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
         scenario = get_scenario(name)
         for case in scenario.plan({"backend": chosen, **options, "device": device}):
             planned.append((scenario, case))
+    fonts = fontcache.prewarm()  # planned and valid: the figures will be drawn
     ceilings = env.measure_ceilings(device, cpu_bytes=16 << 20) if device == "cpu" else env.measure_ceilings(device)
     writer = RunWriter(out_root or DEFAULT_OUT, manifest=env.manifest(argv or ["harness", "gate"], 0, device, ceilings),
                        tag="gate")
@@ -210,7 +211,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     update_manifest(writer.path, {"gate_passed": verdict.passed, "gate_summary": verdict.summary()})
     if junit is not None:
         write_junit(verdict, junit)
-    draw_figures(writer.path, clock, drift_only=True)
+    draw_figures(writer.path, clock, fonts, drift_only=True)
     return GateOutcome(verdict.passed, writer.path, verdict.lines())
 
 

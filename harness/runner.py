@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import subprocess
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from harness import autotune, env, equivalence, memory, timing
+from harness import autotune, env, equivalence, fontcache, memory, timing
 from harness.phases import PhaseClock
 from results.store import RunWriter, load_run, update_manifest
 from scenarios import RunContext, get_scenario
@@ -160,6 +161,7 @@ def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root:
     device = options.get("device") or "cpu"
     seed = int(options.get("seed") or 0)
     torch.manual_seed(seed)
+    fonts = fontcache.prewarm()  # planned and valid: the figures will be drawn
     ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
     writer = RunWriter(out_root, manifest=env.manifest(argv, seed, device, ceilings), tag=name)
     with writer:
@@ -181,7 +183,7 @@ def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root:
             rows += result.rows
         with clock.phase("write"):
             writer.finish()  # validates and writes the tables (the `with` would, uncounted)
-    draw_figures(writer.path, clock)
+    draw_figures(writer.path, clock, fonts)
     return RunOutcome(writer.path, rows, report)
 
 
@@ -199,12 +201,14 @@ def run_case(scenario: Any, case: Any, ctx: RunContext, clock: PhaseClock) -> An
         return scenario.run(case, labelled)
 
 
-def draw_figures(path: Path, clock: PhaseClock, *, drift_only: bool = False) -> None:
+def draw_figures(path: Path, clock: PhaseClock, fonts: subprocess.Popen | None = None, *,
+                 drift_only: bool = False) -> None:
     """Every run directory gets its figures (SPEC §9), drawn once per run after every case (the gate's:
     the drift figures only, it times nothing), then the run's wall-time profile goes into its manifest.
     The run is complete and valid by now, so a figure that cannot be drawn is a warning, not a failed
     run (plot_run itself skips figures without data)."""
     with clock.phase("figures"):
+        fontcache.wait(fonts)
         try:  # matplotlib only when figures are drawn
             if drift_only:
                 from results.drift import drift_figures

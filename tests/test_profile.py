@@ -1,5 +1,5 @@
-"""A run says where its wall time went (manifest `wall_s`, SPEC §7) and draws the drift figure of a long
-rollout once, after every case."""
+"""A run says where its wall time went (manifest `wall_s`, SPEC §7), draws the drift figure of a long
+rollout once after every case, and builds matplotlib's font cache in the background."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def test_long_rollouts_get_a_drift_figure(tmp_path):
     assert sorted(outputs.get_legend_handles_labels()[1]) == ["native/torch fp32 state", "replay/torch fp32 state"]
     assert sorted(states.get_legend_handles_labels()[1]) == ["native/torch fp32 state", "replay/torch fp32 state"]
     assert all(len(line.get_xdata()) == 32 for line in outputs.lines if line.get_label().endswith("state"))
+
+
+def test_font_cache_is_built_in_the_background_only_when_missing(tmp_path, monkeypatch):
+    import matplotlib
+
+    from harness import fontcache
+
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path))  # the child builds its cache here
+    monkeypatch.setattr(matplotlib, "get_cachedir", lambda: str(tmp_path))
+    child = fontcache.prewarm()
+    assert child is not None
+    fontcache.wait(child)
+    assert child.returncode == 0 and list(tmp_path.glob("fontlist-v*.json"))
+    assert fontcache.prewarm() is None  # a cache exists: nothing to do
