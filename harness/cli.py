@@ -66,6 +66,9 @@ ReplayForward = Annotated[str | None, typer.Option(
     help="comma list of replay forward variants (default both): inline (token by token) | precompute (the round's projections "
          "as matrix products on tensor cores; compared by tolerance only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
+Gates = Annotated[str, typer.Option(
+    help="gate inputs: random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "
+         "where bf16 state drifts most)")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
 Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
 SnapshotEvery = Annotated[int, typer.Option(
@@ -135,6 +138,7 @@ def _ssm_command(scenario: str, drop: tuple[str, ...], rounds_help: str):
         history_dtype: HistoryDtype = "fp32",
         compact_commit: CompactCommit = None,
         replay_forward: ReplayForward = None,
+        gates: Gates = "random",
         trace: Trace = None,
         dump: Dump = None,
         snapshot_every: SnapshotEvery = 8,
@@ -261,7 +265,10 @@ def gate(
     junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
     out: Out = None,
 ) -> None:
-    """Check every SPEC §5 contract at gate shapes; exit 1 if any comparison fails."""
+    """Check every SPEC §5 contract at gate shapes; exit 1 on a broken contract, a missing or failed variant,
+    or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
+    skips them)."""
+    _interpret_triton_on_cpu(device, backend)
     from harness.gate import run_gate
     from harness.runner import DEFAULT_OUT
     from harness.writable import check_output_dir, check_output_file
@@ -280,6 +287,22 @@ def gate(
     console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
     if not outcome.passed:
         raise typer.Exit(1)
+
+
+def _interpret_triton_on_cpu(device: str, backend: str | None) -> None:
+    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter.
+    Triton picks interpreter or compiler when a kernel is defined (at import, done by now), so the
+    command starts again with TRITON_INTERPRET=1, once, saying so."""
+    import os
+
+    wants_triton = backend is None or "triton" in backend.split(",")
+    if device != "cpu" or not wants_triton or os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    typer.echo("gate: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter "
+               "(--backend torch skips them)", err=True)
+    sys.stdout.flush(), sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "harness", *sys.argv[1:]],
+              {**os.environ, "TRITON_INTERPRET": "1"})
 
 
 # ------------------------------------------------------------------------------------------ autotune

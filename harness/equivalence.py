@@ -29,6 +29,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 import torch
 
@@ -39,7 +40,7 @@ _INT64_MAX = torch.iinfo(torch.int64).max
 # Fields that may hold a non-finite float, written to JSON as the strings "nan", "inf", "-inf".
 _FLOAT_FIELDS = {
     "tolerance", "mismatch_frac", "max_abs", "max_rel", "rms_ratio", "first_actual", "first_expected",
-    "rms_series", "rms_ratio_max", "err_sq_sum", "ref_sq_sum",
+    "rms_series", "rms_ratio_max", "err_sq_sum", "ref_sq_sum", "worst_abs",
 }  # fmt: skip
 
 
@@ -69,8 +70,16 @@ class Comparison:
         passed: the policy holds (every round, for a rollout).
         rounds: rounds merged (1 for a single comparison).
         rms_series: per-round RMS ratio (a rollout's drift); empty for a single comparison.
+        series_rounds: the round of each `rms_series` entry (states are compared on snapshot rounds only).
         rms_ratio_max / rms_ratio_max_round: the worst round's RMS ratio and its round.
         err_sq_sum / ref_sq_sum: `sum (a - b)^2` and `sum b^2` in fp64, kept so rounds combine.
+        case: the case that made it (a readable label; empty outside a run).
+        worst_at: where the worst error is: the element with the largest |a - b| (the first NaN if
+            any), inside the worst unit of a rollout (with its `round`, and `layer` when given).
+        worst_abs: |a - b| there (NaN for a NaN).
+        units: (round, layer) units merged; failed_units: how many of them broke the policy.
+        problem: why a comparison could not be made (e.g. no partner to compare with); such a
+            comparison never passes.
     """
 
     name: str
@@ -97,10 +106,22 @@ class Comparison:
     passed: bool
     rounds: int = 1
     rms_series: list[float] = field(default_factory=list)
+    series_rounds: list[int] = field(default_factory=list)
     rms_ratio_max: float = 0.0
     rms_ratio_max_round: int | None = None
     err_sq_sum: float = 0.0
     ref_sq_sum: float = 0.0
+    case: str = ""
+    worst_at: dict[str, int] | None = None
+    worst_abs: float = 0.0
+    units: int = 1
+    failed_units: int = 0
+    problem: str = ""
+
+    @property
+    def title(self) -> str:
+        """`contract 1 compact == native`: the contract by number and name."""
+        return contract_title(self.contract, self.rhs)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict; non-finite floats become the strings `nan`, `inf`, `-inf`."""
@@ -114,7 +135,24 @@ class Comparison:
         return cls(**values)
 
 
-def compare(
+def compare(actual: torch.Tensor, expected: torch.Tensor, **labels: Any) -> Comparison:
+    """Compare `actual` against `expected` element by element (keywords: see `compare_each`).
+
+    Raises:
+        ValueError: shapes differ, an unknown policy, a tolerance missing or given for `bitwise`,
+            more dim names than dims, or an unsupported dtype.
+    """
+    if tuple(actual.shape) != tuple(expected.shape):
+        name = labels.get("name", "")
+        raise ValueError(f"{name}: shapes differ: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)}")
+    return compare_each(actual.unsqueeze(0), expected.unsqueeze(0), **labels)[0]
+
+
+# Elements reduced at once: bounds the fp64 / int64 temporaries of a comparison (about 40 bytes per element).
+_CHUNK_ELEMENTS = 1 << 25
+
+
+def compare_each(
     actual: torch.Tensor,
     expected: torch.Tensor,
     *,
@@ -126,16 +164,21 @@ def compare(
     tolerance: float | None = None,
     dims: Sequence[str] | None = None,
     scenario: str = "",
-) -> Comparison:
-    """Compare `actual` against `expected` element by element.
+) -> list[Comparison]:
+    """`compare` of every index of dim 0 on its own (e.g. every layer of a round), in one pass.
+
+    Each unit is judged alone, so a bad layer is never averaged with good ones; the reductions of all
+    units run together where the tensors live (a few launches and two host syncs per chunk of units,
+    whatever the number of units), so comparing a model's 36 layers costs about what one layer does.
 
     Args:
-        actual, expected: tensors of the same shape; float (fp64/fp32/fp16/bf16/fp8) or integer.
+        actual, expected: tensors of the same shape `[units, ...]`; float (fp64/fp32/fp16/bf16/fp8) or
+            integer.
         name, lhs, rhs, contract, scenario: labels carried into the report.
         policy: `bitwise`, `rms` (needs `tolerance` as the max RMS ratio) or `ulp` (needs
             `tolerance` as the max ULP distance).
-        dims: names of the leading dims for the first-mismatch index, e.g.
-            `("request", "layer", "head")`; dims not named are called `dim<i>`.
+        dims: names of the leading dims of one unit (dim 1 on) for the first-mismatch and worst-error
+            indices, e.g. `("request", "head")`; dims not named are called `dim<i>`.
 
     Raises:
         ValueError: shapes differ, an unknown policy, a tolerance missing or given for `bitwise`,
@@ -144,113 +187,141 @@ def compare(
     if tuple(actual.shape) != tuple(expected.shape):
         raise ValueError(f"{name}: shapes differ: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)}")
     _check_policy(policy, tolerance)
-    names = _dim_names(dims, actual.ndim, name)
-    a = _as_comparable(actual.detach().cpu(), name)
-    b = _as_comparable(expected.detach().cpu(), name)
-    a_flat, b_flat = a.reshape(-1), b.reshape(-1)
-    a64, b64 = a_flat.to(torch.float64), b_flat.to(torch.float64)
-    numel = a_flat.numel()
+    if actual.ndim < 1:
+        raise ValueError(f"{name}: compare_each needs a leading unit dim, got a scalar")
+    unit_shape = tuple(actual.shape[1:])
+    names = _dim_names(dims, len(unit_shape), name)
+    a = _as_comparable(actual.detach(), name)
+    b = _as_comparable(expected.detach().to(a.device), name)
+    dtype = str(actual.dtype).removeprefix("torch.")
+    if expected.dtype != actual.dtype:
+        dtype += " vs " + str(expected.dtype).removeprefix("torch.")
+    labels = dict(name=name, lhs=lhs, rhs=rhs, contract=contract, scenario=scenario, policy=policy,
+                  tolerance=tolerance, shape=unit_shape, dtype=dtype)
+    same_dtype = actual.dtype == expected.dtype
+    units, per_unit = a.shape[0], math.prod(unit_shape)
+    if per_unit == 0:
+        return [Comparison(**labels, numel=0, bitwise_equal=same_dtype, mismatches=0, mismatch_frac=0.0, nan_count=0,
+                           max_abs=0.0, max_rel=0.0, max_ulp=0, rms_ratio=0.0, first_mismatch=None,
+                           first_actual=None, first_expected=None,
+                           passed=_passes(policy, tolerance, same_dtype, 0, 0.0, 0)) for _ in range(units)]
+    a, b = a.reshape(units, per_unit), b.reshape(units, per_unit)
+    step = max(1, _CHUNK_ELEMENTS // per_unit)
+    stats = []
+    for lo in range(0, units, step):
+        stats += _unit_stats(a[lo : lo + step], b[lo : lo + step], same_dtype)
+    out = []
+    for mismatches, nan_count, max_ulp, first_i, first_nan, worst_i, max_abs, max_rel, err_sq, ref_sq, fa, fb in stats:
+        if nan_count:
+            err_sq = ref_sq = math.nan
+        rms = _rms_ratio(err_sq, ref_sq)
+        bitwise = mismatches == 0 and same_dtype
+        passed = _passes(policy, tolerance, bitwise, nan_count, rms, max_ulp)
+        worst_i = first_nan if nan_count else worst_i
+        out.append(Comparison(
+            **labels,
+            numel=per_unit,
+            bitwise_equal=bitwise,
+            mismatches=mismatches,
+            mismatch_frac=mismatches / per_unit,
+            nan_count=nan_count,
+            max_abs=max_abs,
+            max_rel=max_rel,
+            max_ulp=max_ulp,
+            rms_ratio=rms,
+            first_mismatch=dict(zip(names, _unravel(first_i, unit_shape))) if mismatches else None,
+            first_actual=fa if mismatches else None,
+            first_expected=fb if mismatches else None,
+            passed=passed,
+            rms_ratio_max=rms,
+            err_sq_sum=err_sq,
+            ref_sq_sum=ref_sq,
+            worst_at=dict(zip(names, _unravel(worst_i, unit_shape))) if mismatches else None,
+            worst_abs=(math.nan if nan_count else max_abs) if mismatches else 0.0,
+            failed_units=0 if passed else 1,
+        ))
+    return out
 
-    if a.dtype == b.dtype:
-        differ = _ordered_bits(a_flat)[1] != _ordered_bits(b_flat)[1]
+
+def _unit_stats(a: torch.Tensor, b: torch.Tensor, same_dtype: bool) -> list[list]:
+    """Per row of `[units, n]`: mismatches, NaNs, max ULP, first mismatch, first NaN, largest error (flat
+    indices), max abs, max rel, sum (a - b)^2, sum b^2, and the two values at the first mismatch."""
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    if same_dtype:
+        differ = _ordered_bits(a)[1] != _ordered_bits(b)[1]
     else:
         # Widening to fp64 is exact for every dtype we accept, so this compares exact values
         # (and the sign of zero, through the fp64 bits).
         differ = a64.view(torch.int64) != b64.view(torch.int64)
     nan = a64.isnan() | b64.isnan()
-    mismatches = int(differ.sum())
     valid = differ & ~nan
+    zero = a64.new_zeros(())
+    abs_err = torch.where(valid, (a64 - b64).abs(), zero)
+    rel_err = torch.where(abs_err == 0, zero, abs_err / b64.abs())
+    ulp = torch.where(valid, _ulp_distance(a, b), 0)
+    first = differ.to(torch.int8).argmax(1, keepdim=True)  # the first True (argmax returns the first maximum)
+    ints = torch.stack([differ.sum(1), nan.sum(1), ulp.amax(1), first[:, 0], nan.to(torch.int8).argmax(1),
+                        abs_err.argmax(1)], dim=1)
+    floats = torch.stack([abs_err.amax(1), rel_err.amax(1), ((a64 - b64) ** 2).sum(1), (b64**2).sum(1),
+                          a64.gather(1, first)[:, 0], b64.gather(1, first)[:, 0]], dim=1)
+    return [i + f for i, f in zip(ints.tolist(), floats.tolist())]
 
-    if valid.any():
-        abs_err = (a64[valid] - b64[valid]).abs()
-        ref = b64[valid].abs()
-        rel_err = torch.where(abs_err == 0, torch.zeros_like(abs_err), abs_err / ref)
-        max_abs, max_rel = float(abs_err.max()), float(rel_err.max())
-        max_ulp = int(_ulp_distance(a_flat[valid], b_flat[valid]).max())
-    else:
-        max_abs = max_rel = 0.0
-        max_ulp = 0
 
-    if nan.any():
-        err_sq = ref_sq = math.nan
-    else:
-        err_sq = float(((a64 - b64) ** 2).sum())
-        ref_sq = float((b64**2).sum())
-
-    first = first_a = first_b = None
-    if mismatches:
-        flat_index = int(differ.nonzero()[0, 0])
-        first = dict(zip(names, _unravel(flat_index, tuple(actual.shape))))
-        first_a, first_b = float(a64[flat_index]), float(b64[flat_index])
-
-    dtype = str(actual.dtype).removeprefix("torch.")
-    if expected.dtype != actual.dtype:
-        dtype += " vs " + str(expected.dtype).removeprefix("torch.")
-    rms = _rms_ratio(err_sq, ref_sq)
-    nan_count = int(nan.sum())
-    bitwise = mismatches == 0 and actual.dtype == expected.dtype
+def unpaired(*, name: str, lhs: str, rhs: str, contract: str, scenario: str, policy: str, why: str,
+             tolerance: float | None = None) -> Comparison:
+    """A comparison that could not be made because `rhs` produced nothing to compare with: it fails, so a
+    partner that went missing (out of memory, an error, a dropped variant) can never pass silently."""
     return Comparison(
-        name=name,
-        lhs=lhs,
-        rhs=rhs,
-        contract=contract,
-        scenario=scenario,
-        policy=policy,
-        tolerance=tolerance,
-        shape=tuple(actual.shape),
-        dtype=dtype,
-        numel=numel,
-        bitwise_equal=bitwise,
-        mismatches=mismatches,
-        mismatch_frac=mismatches / numel if numel else 0.0,
-        nan_count=nan_count,
-        max_abs=max_abs,
-        max_rel=max_rel,
-        max_ulp=max_ulp,
-        rms_ratio=rms,
-        first_mismatch=first,
-        first_actual=first_a,
-        first_expected=first_b,
-        passed=_passes(policy, tolerance, bitwise, nan_count, rms, max_ulp),
-        rms_ratio_max=rms,
-        err_sq_sum=err_sq,
-        ref_sq_sum=ref_sq,
+        name=name, lhs=lhs, rhs=rhs, contract=contract, scenario=scenario, policy=policy, tolerance=tolerance,
+        shape=(), dtype="", numel=0, bitwise_equal=False, mismatches=0, mismatch_frac=0.0, nan_count=0,
+        max_abs=math.nan, max_rel=math.nan, max_ulp=0, rms_ratio=math.nan, first_mismatch=None, first_actual=None,
+        first_expected=None, passed=False, rms_ratio_max=math.nan, failed_units=1, problem=f"no partner: {why}",
     )
 
 
 class Rollout:
-    """Merges the per-round comparisons of one pair over a long rollout.
+    """Merges the per-(round, layer) comparisons of one pair over a long rollout.
 
-    Usage: `r = Rollout()`; each round `r.add(round_index, compare(...))`; then `r.result()`.
-    Every added comparison must carry the same name, lhs, rhs, contract, scenario and policy.
+    Usage: `r = Rollout()`; each round (and layer) `r.add(round_index, compare(...), layer=l)`; then
+    `r.result()`. Every added comparison must carry the same name, lhs, rhs, contract, scenario and policy.
+    Each added comparison is one unit, judged on its own: the result passes only if every unit does, so a
+    single bad (round, layer) is never averaged away by the rest of the rollout. `rms_series` holds one
+    RMS ratio per round (the round's layers combined), the drift.
     """
 
     def __init__(self) -> None:
-        self._rounds: list[tuple[int, Comparison]] = []
+        self._units: list[tuple[int, int | None, Comparison]] = []
 
-    def add(self, round_index: int, comparison: Comparison) -> None:
-        if self._rounds:
-            first = self._rounds[0][1]
+    def add(self, round_index: int, comparison: Comparison, layer: int | None = None) -> None:
+        if self._units:
+            first = self._units[0][2]
             for key in ("name", "lhs", "rhs", "contract", "scenario", "policy", "tolerance"):
                 if getattr(first, key) != getattr(comparison, key):
                     raise ValueError(
                         f"rollout of {first.name!r}: round {round_index} has {key}={getattr(comparison, key)!r}, "
                         f"earlier rounds {getattr(first, key)!r}"
                     )
-        self._rounds.append((round_index, comparison))
+        self._units.append((round_index, layer, comparison))
 
     def result(self) -> Comparison:
-        if not self._rounds:
+        if not self._units:
             raise ValueError("rollout has no rounds")
-        rounds = sorted(self._rounds, key=lambda rc: rc[0])
-        comps = [c for _, c in rounds]
+        units = sorted(self._units, key=lambda u: (u[0], -1 if u[1] is None else u[1]))
+        comps = [c for _, _, c in units]
         numel = sum(c.numel for c in comps)
         mismatches = sum(c.mismatches for c in comps)
         err_sq = sum(c.err_sq_sum for c in comps)
         ref_sq = sum(c.ref_sq_sum for c in comps)
-        series = [c.rms_ratio for c in comps]
-        worst_round, worst = max(rounds, key=lambda rc: _nan_high(rc[1].rms_ratio))
-        first_round, first = next(((r, c) for r, c in rounds if c.first_mismatch is not None), (None, None))
+        per_round: dict[int, list[float]] = {}
+        for r, _, c in units:
+            acc = per_round.setdefault(r, [0.0, 0.0])
+            acc[0] += c.err_sq_sum
+            acc[1] += c.ref_sq_sum
+        series = [_rms_ratio(e, s) for _, (e, s) in sorted(per_round.items())]
+        worst_r, worst_l, worst = max(units, key=lambda u: _severity(u[2]))
+        worst_rms_r, _, worst_rms = max(units, key=lambda u: _nan_high(u[2].rms_ratio))
+        first = next(((r, l, c) for r, l, c in units if c.first_mismatch is not None), None)
+        problems = sorted({c.problem for c in comps if c.problem})
         return replace(
             comps[0],
             numel=numel,
@@ -262,17 +333,74 @@ class Rollout:
             max_rel=max(c.max_rel for c in comps),
             max_ulp=max(c.max_ulp for c in comps),
             rms_ratio=_rms_ratio(err_sq, ref_sq),
-            first_mismatch=None if first is None else {"round": first_round, **first.first_mismatch},
-            first_actual=None if first is None else first.first_actual,
-            first_expected=None if first is None else first.first_expected,
+            first_mismatch=None if first is None else _at(first[0], first[1], first[2].first_mismatch),
+            first_actual=None if first is None else first[2].first_actual,
+            first_expected=None if first is None else first[2].first_expected,
             passed=all(c.passed for c in comps),
-            rounds=len(comps),
+            rounds=len(per_round),
             rms_series=series,
-            rms_ratio_max=worst.rms_ratio,
-            rms_ratio_max_round=worst_round,
+            series_rounds=sorted(per_round),
+            rms_ratio_max=worst_rms.rms_ratio,
+            rms_ratio_max_round=worst_rms_r,
             err_sq_sum=err_sq,
             ref_sq_sum=ref_sq,
+            worst_at=None if worst.worst_at is None else _at(worst_r, worst_l, worst.worst_at),
+            worst_abs=worst.worst_abs,
+            units=len(comps),
+            failed_units=sum(not c.passed for c in comps),
+            problem="; ".join(problems),
         )
+
+
+def _at(round_index: int, layer: int | None, where: dict[str, int]) -> dict[str, int]:
+    lead = {"round": round_index} if layer is None else {"round": round_index, "layer": layer}
+    return {**lead, **where}
+
+
+def _severity(c: Comparison) -> tuple:
+    """Orders units from best to worst: failing after passing, then by the policy's own measure."""
+    measure = _nan_high(c.rms_ratio) if c.policy == "rms" else (c.max_ulp, c.mismatches)
+    return (not c.passed, measure)
+
+
+# Contract names (SPEC §5), used in every failure line next to the number.
+CONTRACT_NAMES = {
+    "1": "compact == native",
+    "2": "replay vs native",
+    "3": "vs fp64 reference",
+    "4": "transfer/restore",
+    "5": "untouched slots",
+}
+
+
+def contract_title(contract: str, rhs: str = "fp64-reference") -> str:
+    """`contract 1 compact == native`; contract 3 against another backend reads `backend agreement`."""
+    if contract == "3" and rhs != "fp64-reference":
+        return "contract 3 backend agreement"
+    name = CONTRACT_NAMES.get(contract)
+    return f"contract {contract} {name}" if name else contract
+
+
+def failure_line(c: Comparison) -> str:
+    """One line naming the case, the contract by name, the pair, the worst value and where it is."""
+    head = f"FAIL {c.case or c.scenario}: {c.title}: {c.lhs} vs {c.rhs} {c.name}: "
+    if c.problem:
+        return head + c.problem
+    units = f"; {c.failed_units} of {c.units} (round, layer) units fail" if c.units > 1 else ""
+    where = _where(c.worst_at)
+    if c.nan_count:
+        return head + f"{c.nan_count} NaN, first at {where}{units}"
+    if c.policy == "rms":
+        return (head + f"RMS ratio {_fmt(c.rms_ratio_max)} > {_fmt(c.tolerance)}"
+                + (f" at round {c.rms_ratio_max_round}" if c.rms_ratio_max_round is not None else "")
+                + f" (worst unit), largest error {_fmt(c.worst_abs)} at {where}{units}")
+    bound = "bitwise" if c.policy == "bitwise" else f"max ULP <= {_fmt(c.tolerance)}"
+    return (head + f"{c.mismatches} of {c.numel} elements differ ({bound}), max ULP {c.max_ulp}, largest error "
+            f"{_fmt(c.worst_abs)} at {where}; first at {_where(c.first_mismatch)}{units}")
+
+
+def _where(at: dict[str, int] | None) -> str:
+    return "-" if not at else "(" + ", ".join(f"{k} {v}" for k, v in at.items()) + ")"
 
 
 class EquivalenceReport:
@@ -314,13 +442,14 @@ class EquivalenceReport:
         lines = ["# Equivalence", "", f"**{self.summary()}**"]
         groups: dict[tuple[str, str], list[Comparison]] = {}
         for c in self.comparisons:
-            groups.setdefault((c.scenario, c.contract), []).append(c)
+            groups.setdefault((c.case or c.scenario, c.contract), []).append(c)
         header = (
             "| lhs vs rhs | tensor | bitwise | mismatches | max abs | max ULP | RMS ratio | tolerance | result "
             "| first mismatch |"
         )
-        for (scenario, contract), comps in groups.items():
-            lines += ["", f"## {scenario or '(no scenario)'}: {contract}", "", header, "|" + " --- |" * 10]
+        for (where, contract), comps in groups.items():
+            lines += ["", f"## {where or '(no scenario)'}: {contract_title(contract)}", "", header,
+                      "|" + " --- |" * 10]
             lines += [_markdown_row(c) for c in comps]
         return "\n".join(lines) + "\n"
 
@@ -332,9 +461,13 @@ def _markdown_row(c: Comparison) -> str:
     rms = _fmt(c.rms_ratio)
     if c.rounds > 1:
         rms += f" (worst {_fmt(c.rms_ratio_max)} @ round {c.rms_ratio_max_round}, {c.rounds} rounds)"
+    if not c.passed and c.worst_at:
+        rms += f", largest error {_fmt(c.worst_abs)} at {_where(c.worst_at)}"
     tol = "bitwise" if c.policy == "bitwise" else f"{c.policy} <= {_fmt(c.tolerance)}"
     first = "-"
-    if c.first_mismatch is not None:
+    if c.problem:
+        first = c.problem
+    elif c.first_mismatch is not None:
         where = ", ".join(f"{k}={v}" for k, v in c.first_mismatch.items())
         first = f"{where}: {c.first_actual!r} vs {c.first_expected!r}"
     cells = [

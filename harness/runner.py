@@ -6,6 +6,8 @@ directory; a run that fails later stays `<run-id>.partial/` with FAILED.txt, nev
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -16,12 +18,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from harness import autotune, env, equivalence, memory, timing
+from harness import autotune, env, equivalence, fontcache, memory, timing
 from harness.group_timing import bench_group
+from harness.phases import PhaseClock
 from harness.repro import repro_command
 from harness.writable import check_output_dir
-from results.plots import plot_run
-from results.store import RunWriter, load_run
+from results.store import RunWriter, load_run, update_manifest
 from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
@@ -66,9 +68,12 @@ def make_context(
     rep: int = 30,
     autotune_level: str = "cache-only",
     autotune_cache: Path | str = DEFAULT_CACHE,
+    clock: PhaseClock | None = None,
 ) -> tuple[RunContext, equivalence.EquivalenceReport]:
-    """A RunContext wired to the harness (comparisons go to `writer` and to the returned report)."""
+    """A RunContext wired to the harness (comparisons go to `writer` and to the returned report); with a
+    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own)."""
     report = equivalence.EquivalenceReport()
+    clock = clock or PhaseClock(device)
     level = autotune.Level(autotune_level)
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError(f"runs look configs up (cache-only | off); tune with `harness autotune --level {level.value}`")
@@ -85,17 +90,32 @@ def make_context(
         if writer is not None:
             writer.add_equivalence(c)
 
+    def compare(*args: Any, **kwargs: Any) -> equivalence.Comparison:
+        with clock.phase("compare"):
+            return equivalence.compare(*args, **kwargs)
+
+    def compare_each(*args: Any, **kwargs: Any) -> list[equivalence.Comparison]:
+        with clock.phase("compare"):
+            return equivalence.compare_each(*args, **kwargs)
+
+    def bench(fn: Callable[[], Any], setup: Callable[[], Any] | None = None, calls: int = 1) -> timing.Timing:
+        # `calls` > 1: fn does that many rounds, so fewer warm-up calls and samples cover the same work
+        with clock.phase("timing"):
+            return timing.bench(fn, device=device, timer=timer, warmup=max(1, warmup // calls),
+                                rep=max(5, rep // calls), setup=setup)
+
     ctx = RunContext(
         device=device,
         seed=seed,
         ceilings=ceilings,
-        compare=equivalence.compare,
+        compare=compare,
+        compare_each=compare_each,
         rollout=equivalence.Rollout,
         record=record,
-        # `calls` > 1: fn does that many rounds, so fewer warm-up calls and samples cover the same work
-        bench=lambda fn, setup=None, calls=1: timing.bench(fn, device=device, timer=timer, warmup=max(1, warmup // calls),
-                                                           rep=max(5, rep // calls), setup=setup),
+        bench=bench,
         oom_guard=lambda: _oom_guard(device),
+        unpaired=equivalence.unpaired,
+        phase=clock.phase,
         progress=progress or (lambda desc, total: (lambda: None)),
         dump_dir=dump_dir,
         check_requests=check_requests,
@@ -153,6 +173,14 @@ def run_scenario(
 ) -> RunOutcome | None:
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
     None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run)."""
+    device = options.get("device") or "cpu"
+    clock = PhaseClock(device)
+    with clock.phase("setup"):
+        return _run_scenario(name, options, argv, out_root, progress, clock)
+
+
+def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root: Path | str,
+                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock) -> RunOutcome | None:
     scenario = get_scenario(name)
     cases = plan_run(scenario, options, out_root)
     device = options.get("device") or "cpu"
@@ -161,8 +189,9 @@ def run_scenario(
     # In a run spread over a torch.distributed group every process runs the cases; rank 0 alone measures
     # the copy ceilings and writes the run directory (harness/dist.py).
     lead = not dist.is_initialized() or dist.get_rank() == 0
-    writer, ceilings = None, {}
+    writer, ceilings, fonts = None, {}, None
     if lead:
+        fonts = fontcache.prewarm()  # planned and valid: the figures will be drawn
         ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
         manifest = env.manifest(argv, seed, device, ceilings)
         if dist.is_initialized():
@@ -176,21 +205,56 @@ def run_scenario(
             autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
             warmup=5 if options.get("warmup") is None else int(options["warmup"]),
             rep=30 if options.get("rep") is None else int(options["rep"]),
+            clock=clock,
         )
         rows = []
         for case in cases:
-            result = scenario.run(case, ctx)
+            result = run_case(scenario, case, ctx, clock)
             if writer is not None:
                 writer.add_rows(result.rows)
                 for rec in result.ooms:
                     writer.add_oom(rec)
             rows += result.rows
+        if writer is not None:
+            with clock.phase("write"):
+                writer.finish()  # validates and writes the tables (the `with` would, uncounted)
     if writer is None:
         return None
-    # Every run directory gets its figures (SPEC §9). The run is complete and valid by now, so a figure that
-    # cannot be drawn is a warning, not a failed run (plot_run itself skips figures that have no data).
-    try:
-        plot_run(load_run(writer.path))
-    except Exception as exc:
-        warnings.warn(f"figures of {writer.path} not drawn: {exc!r}", stacklevel=2)
+    draw_figures(writer.path, clock, fonts)
     return RunOutcome(writer.path, rows, report)
+
+
+def case_label(scenario_name: str, case: Any) -> str:
+    """A case in one readable line (the case's own `label`, else the scenario name)."""
+    return getattr(case, "label", None) or scenario_name
+
+
+def run_case(scenario: Any, case: Any, ctx: RunContext, clock: PhaseClock) -> Any:
+    """Run one case with its comparisons labelled by the case (failure lines and JUnit names say which)."""
+    label = case_label(scenario.name, case)
+    record = ctx.record
+    labelled = dataclasses.replace(ctx, record=lambda c: record(dataclasses.replace(c, case=label)))
+    with clock.case(label):
+        return scenario.run(case, labelled)
+
+
+def draw_figures(path: Path, clock: PhaseClock, fonts: subprocess.Popen | None = None, *,
+                 drift_only: bool = False) -> None:
+    """Every run directory gets its figures (SPEC §9), drawn once per run after every case (the gate's:
+    the drift figures only, it times nothing), then the run's wall-time profile goes into its manifest.
+    The run is complete and valid by now, so a figure that cannot be drawn is a warning, not a failed
+    run (plot_run itself skips figures without data)."""
+    with clock.phase("figures"):
+        fontcache.wait(fonts)
+        try:  # matplotlib only when figures are drawn
+            if drift_only:
+                from results.drift import drift_figures
+
+                drift_figures(load_run(path).comparisons, path / "figures")
+            else:
+                from results.plots import plot_run
+
+                plot_run(load_run(path))
+        except Exception as exc:
+            warnings.warn(f"figures of {path} not drawn: {exc!r}", stacklevel=2)
+    update_manifest(path, clock.profile())

@@ -22,6 +22,9 @@ device(s) and dtypes (state / activation for SSM rows, the KV dtype of page rows
 of its run directory still says what it is. A line's label is its mode plus every other key column
 that varies inside the figure (backend, preset, drafts, dtypes, ...). A figure with no data to draw is
 skipped and the reason returned, never an exception.
+
+Long rollouts also get `drift-<case>.png` (results/drift.py): each mode's RMS ratio to the fp64 reference
+per round, per state dtype.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, ScalarFormatter
 
+from results.drift import drift_figures
 from results.schema import KEY, Status
 from results.store import Run
 from results.tables import mode_label, mode_order
@@ -65,6 +69,7 @@ def plot_run(run: Run, out_dir: str | Path | None = None) -> dict[str, Path | st
                 continue
             fig.savefig(out / name, dpi=120)
             results[name] = out / name
+    results.update(drift_figures(run.comparisons, out))
     return results
 
 

@@ -59,6 +59,7 @@ COLUMNS: list[Column] = [
     Column("act_dtype", "str", "axis", "activation dtype: bf16 | fp32"),
     Column("history_len", "int", "axis", "replay history half-ring length Lh"),
     Column("history_dtype", "str", "axis", "replay derived-history dtype"),
+    Column("gates", "str", "axis", "SSM gate inputs when not the default random: long-memory (--gates)"),
     Column("layers", "int", "axis", "layers in the case"),
     Column("tp_prefill", "int", "axis", "prefill-side tensor-parallel degree (pd-roundtrip)"),
     Column("tp_decode", "int", "axis", "decode-side tensor-parallel degree (pd-roundtrip)"),

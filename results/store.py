@@ -179,6 +179,15 @@ class RunWriter:
             f.write(json.dumps(record, default=_jsonable) + "\n")
 
 
+def update_manifest(path: str | Path, fields: dict) -> None:
+    """Add `fields` to the manifest of the finished run at `path` (what is only known after finish(),
+    such as the run's wall-time profile including its figures)."""
+    manifest_path = Path(path) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.update(fields)
+    manifest_path.write_text(json.dumps(manifest, indent=1, default=_jsonable))
+
+
 @dataclass
 class Run:
     """A finished run read back. `throughput` is typed by the schema; the others are plain frames."""

@@ -10,7 +10,7 @@ work starts, so bad input fails with a one-line error and no run directory.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ class RunContext:
         ceilings: measured copy ceilings of this run (`d2d_gbps`, `h2d_gbps`, `d2h_gbps`, ... by name).
         compare: `compare(actual, expected, *, name, lhs, rhs, contract, policy, tolerance, dims)` ->
             Comparison (pure: nothing is recorded).
+        compare_each: the same over dim 0, one Comparison per index (e.g. per layer), reduced together.
         rollout: `rollout()` -> an accumulator with `add(index, comparison)` and `result()`, merging
             the per-round comparisons of one pair over a long rollout (drift series included).
         record: `record(comparison)` puts a comparison into the run's equivalence report.
@@ -35,6 +36,10 @@ class RunContext:
             how many rounds one call of `fn` does (the run's warm-up and sample counts are divided by it).
         oom_guard: context manager factory; inside it a CUDA out-of-memory error is caught and turned
             into `guard.record` (a dict with status `oom`, bytes wanted, free bytes), never a crash.
+        unpaired: `unpaired(*, name, lhs, rhs, contract, scenario, policy, why, tolerance=None)` ->
+            a failing Comparison for a pair whose `rhs` left nothing to compare with.
+        phase: `with ctx.phase(name):` counts the wall time inside toward phase `name` of the run's
+            profile (manifest `wall_s`); comparisons and timing are counted by the runner already.
         progress: `progress(description, total) -> callable advance()`; a no-op in tests.
         dump_dir: where `--dump` writes per-round outputs and accepted states, or None.
         check_requests: at most this many requests are compared against the fp64 reference per case
@@ -53,10 +58,13 @@ class RunContext:
     seed: int
     ceilings: dict[str, Any]
     compare: Callable[..., Any]
+    compare_each: Callable[..., list[Any]]
     rollout: Callable[[], Any]
     record: Callable[[Any], None]
     bench: Callable[..., Any]
     oom_guard: Callable[[], AbstractContextManager[Any]]
+    unpaired: Callable[..., Any]
+    phase: Callable[[str], AbstractContextManager[Any]] = lambda name: nullcontext()
     progress: Callable[[str, int], Callable[[], None]] = lambda desc, total: (lambda: None)
     dump_dir: str | None = None
     check_requests: int | None = None

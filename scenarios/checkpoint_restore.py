@@ -24,7 +24,8 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import CaseMemory, CaseResult, RunContext
-from scenarios.ssm_engine import STATE_DIMS, SSMCase, Variant, base_row, label, timing_fields, variant_option
+from scenarios.ssm_engine import (LAYER_CONV_DIMS, LAYER_STATE_DIMS, STATE_DIMS, SSMCase, Variant, base_row,
+                                  by_request, label, timing_fields, variant_option)
 from scenarios.ssm_memory import ssm_case_memory
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_scenarios import workload_for
@@ -110,26 +111,37 @@ class CheckpointRestore:
                 replayed = _replay(pools[b], fresh, wl, r0, p)
                 # a bf16 replay checkpoint materialized at r0 rounds once more than the uninterrupted pool
                 exact = _bitwise(snaps[a], snaps[b]) and not (b.mode == "replay" and case.state_dtype != torch.float32)
-                kw = {"policy": "bitwise"} if exact else {"policy": "rms", "tolerance": tolerances.backend_rms(case.state_dtype)}
+                kw = {"policy": "bitwise"} if exact else {
+                    "policy": "rms", "tolerance": tolerances.backend_rms(g.family, case.state_dtype)}
                 # A restored replay pool starts from the materialized checkpoint with no history, the
                 # uninterrupted one from its old checkpoint plus pending history: outputs are the same
                 # sums associated differently (contract 2's bound); its states still fold bit for bit.
                 out_kw = kw if b.mode != "replay" else {
-                    "policy": "rms", "tolerance": tolerances.replay_output_rms(case.state_dtype, case.history_dtype)}
+                    "policy": "rms",
+                    "tolerance": tolerances.replay_output_rms(g.family, case.state_dtype, case.history_dtype)}
                 who, whom = f"{label(b)} restored from {label(a).split('/')[0]}", label(b)
+                # every comparison judged per (round, layer), like the engine's
                 ro = ctx.rollout()
                 for i, per_layer in enumerate(replayed):
-                    for layer, o in enumerate(per_layer):
-                        c = ctx.compare(o, outs[b][i][layer], name="o", lhs=who, rhs=whom, contract="4",
-                                        dims=OUT_DIMS, scenario=case.scenario, **out_kw)
-                        ro.add(i * g.layers + layer, c)
+                    widths = wl.widths(r0 + i)[:p].tolist()
+                    comps = ctx.compare_each(torch.stack(per_layer), torch.stack(outs[b][i]), name="o", lhs=who,
+                                             rhs=whom, contract="4", dims=OUT_DIMS, scenario=case.scenario, **out_kw)
+                    for layer, c in enumerate(comps):
+                        ro.add(r0 + i, by_request(c, widths), layer=layer)
                 record(ro.result())
                 ssm, conv = pools[b].snapshot(fresh)
                 fs, fc = finals[b]
-                record(ctx.compare(ssm if exact else ssm.float(), fs if exact else fs.float(), name="ssm",
-                                       lhs=who, rhs=whom, contract="4", dims=STATE_DIMS, scenario=case.scenario, **kw))
-                record(ctx.compare(conv, fc, name="conv", lhs=who, rhs=whom, contract="4", policy="bitwise",
-                                       dims=CONV_DIMS, scenario=case.scenario))
+                a, e = ssm.transpose(0, 1), fs.transpose(0, 1)
+                for comps in (
+                    ctx.compare_each(a if exact else a.float(), e if exact else e.float(), name="ssm", lhs=who,
+                                     rhs=whom, contract="4", dims=LAYER_STATE_DIMS, scenario=case.scenario, **kw),
+                    ctx.compare_each(conv.transpose(0, 1), fc.transpose(0, 1), name="conv", lhs=who, rhs=whom,
+                                     contract="4", policy="bitwise", dims=LAYER_CONV_DIMS, scenario=case.scenario),
+                ):
+                    final = ctx.rollout()
+                    for layer, c in enumerate(comps):
+                        final.add(wl.rounds - 1, c, layer=layer)
+                    record(final.result())
                 pools[b].free(fresh)
 
         for m in variants:

@@ -73,6 +73,12 @@ class PageCase:
     options: dict[str, Any]
 
     @property
+    def label(self) -> str:
+        """The case in one readable line (gate failure lines, JUnit names)."""
+        tp = f"tp {self.tp_prefill}" if self.scenario == "cpu-page-restore" else f"tp {self.tp_prefill}:{self.tp_decode}"
+        return f"{self.scenario} {self.preset}, page size {self.page_size}, {tp}"
+
+    @property
     def attn(self) -> AttnGeometry:
         return get_attn_preset(self.preset).attn
 

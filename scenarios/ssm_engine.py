@@ -34,10 +34,14 @@ from states import MODES, SSMState, StateConfig, make_state
 from states.base import DTYPE_NAMES, MODE_VARIANTS
 
 SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
-SNAPSHOT_REQUESTS = 64  # accepted states are compared for at most this many requests (all outputs are)
+# Runs compare accepted states for at most this many requests (all outputs are); the gate asks for all of
+# them (`snapshot_requests: "all"`) on every round.
+SNAPSHOT_REQUESTS = 64
 OUT_DIMS = ("token", "head", "v")
 STATE_DIMS = ("request", "layer", "head", "k", "v")
 CONV_DIMS = ("request", "layer", "channel", "column")
+LAYER_STATE_DIMS = ("request", "head", "k", "v")  # one layer of a snapshot (the layer goes with the round)
+LAYER_CONV_DIMS = ("request", "channel", "column")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,32 @@ class SSMCase:
     options: dict[str, Any]  # the CLI options of the run (for repro commands and row identity)
     compact_commits: tuple[str, ...] = ("accept",)  # compact variants to run (--compact-commit)
     replay_forwards: tuple[str, ...] = ("inline",)  # replay variants to run (--replay-forward)
+    gates: str = "random"  # gate inputs (--gates): random | long-memory
+
+    @property
+    def label(self) -> str:
+        """The case in one readable line (gate failure lines, JUnit names): what tells it apart."""
+        parts = [self.scenario, self.preset, f"{DTYPE_NAMES[self.state_dtype]} state", f"batch {self.batch}"]
+        if self.drafts:
+            parts += [f"drafts {self.drafts}", f"accept {self.accept}"]
+        parts.append(f"{self.rounds} rounds")
+        if "replay" in self.modes:
+            parts.append(f"Lh {self.history_len}" + (f" {DTYPE_NAMES[self.history_dtype]} history"
+                                                     if self.history_dtype != torch.float32 else ""))
+        if self.act_dtype != torch.bfloat16:
+            parts.append(f"{DTYPE_NAMES[self.act_dtype]} act")
+        if self.gates != "random":
+            parts.append(f"{self.gates} gates")
+        return " ".join(parts[:1]) + " " + ", ".join(parts[1:])
+
+    @property
+    def variants(self) -> list[Variant]:
+        """Every (mode, variant, backend) the case runs, in run order: torch before triton (the twin a
+        triton variant is checked against), native first per backend; the fla baseline is native only."""
+        backends = sorted(self.backends, key=lambda b: (b != "torch", b == "fla"))
+        modes = sorted(self.modes, key=lambda m: m != "native")
+        return [Variant(m, var, b) for b in backends for m in modes for var in self.variants_of(m)
+                if b != "fla" or m == "native"]
 
     def config(self, mode: str, backend: str, device: str, capacity: int, variant: str = "") -> StateConfig:
         return StateConfig(
@@ -100,7 +130,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     """
     result = CaseResult()
     g = wl.geom
-    variants = ordered_variants(case)
+    variants = case.variants
     checked = min(wl.batch, case.options.get("check_requests") or ctx.check_requests or wl.batch)
     comparisons = _Comparisons(case, ctx, g.family, _Reference(wl, checked), variants)
     status: dict[Variant, tuple[str, str]] = {}
@@ -113,7 +143,7 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
         except ValueError as e:
             status[v] = ("unsupported", str(e))
             continue
-        with ctx.oom_guard() as guard:
+        with ctx.oom_guard() as guard, ctx.phase("rollout"):
             measured[v] = _rollout(v, case, wl, ctx, comparisons)
         if guard.record is not None:
             status[v] = ("oom", guard.record.get("message", "CUDA out of memory"))
@@ -136,7 +166,8 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
         if st_name == "unsupported":  # no valid pool of this config exists, so no memory to predict
             row.pop("bytes_per_request_predicted", None), row.pop("max_concurrency", None)
         if st_name == "passed" and ctx.time_cases:
-            timed, rec = _time_variant(case, v, wl, ctx)
+            with ctx.phase("timing"):
+                timed, rec = _time_variant(case, v, wl, ctx)
             if rec is not None:
                 row["status"], row["reason"] = "oom", rec.get("message", "CUDA out of memory")
                 result.ooms.append({**_identity(case, v), **rec})
@@ -150,15 +181,6 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     return result
 
 
-def ordered_variants(case: SSMCase) -> list[Variant]:
-    """torch before triton (the twin a triton variant is checked against), native first per backend;
-    the fla baseline is native only."""
-    backends = sorted(case.backends, key=lambda b: (b != "torch", b == "fla"))
-    modes = sorted(case.modes, key=lambda m: m != "native")
-    return [Variant(m, var, b) for b in backends for m in modes for var in case.variants_of(m)
-            if b != "fla" or m == "native"]
-
-
 def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> float:
     """One variant over the whole rollout on its own pool; returns its measured bytes per request."""
     g, n = wl.geom, wl.batch
@@ -170,18 +192,20 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     st.fill_slot_rows(spare, torch.Generator().manual_seed(ctx.seed + 77))
     before = {k: t.clone() for k, t in st.slot_rows(spare).items()}
     measured = st.measured_bytes_per_request()
-    shown = slots[:SNAPSHOT_REQUESTS]
+    shown = slots[: snapshot_requests(case, n)]
     advance = ctx.progress(f"{case.scenario} {case.preset} batch {n}: {label(v)}", wl.rounds)
     for r in range(wl.rounds):
         widths, accepted = wl.widths(r), wl.accepted(r)
         valid = int(widths.long().sum())  # packed rows: every request's tokens follow the previous one's
         st.begin_round(slots, widths)
-        outs = []
+        outs = None  # [L, valid, HV, V]: the round's outputs, copied as each layer returns them
         for layer in range(g.layers):
             o = st.forward(layer, wl.inputs(r, layer))[:valid]
-            comparisons.output(v, r, layer, o, widths)
-            outs.append(o)
+            if outs is None:
+                outs = o.new_empty((g.layers, *o.shape))
+            outs[layer] = o
         st.accept(accepted)
+        comparisons.outputs(v, r, outs, widths)
         snap = None
         if (r + 1) % case.snapshot_every == 0 or r == wl.rounds - 1:
             snap = st.snapshot(shown)
@@ -197,108 +221,155 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     return measured
 
 
+def snapshot_requests(case: SSMCase, batch: int) -> int:
+    """How many requests' accepted states a round compares: all of them for the gate, else the first
+    `SNAPSHOT_REQUESTS` (a snapshot of every request at model shape and large batch would not fit)."""
+    asked = case.options.get("snapshot_requests")
+    return batch if asked == "all" else min(batch, int(asked or SNAPSHOT_REQUESTS))
+
+
 # ---------------------------------------------------------------------------------------------- compare
 class _Comparisons:
     """Every compared pair of the case, merged over the rollout; recorded into the run report at the end.
 
-    Kept (on the host, moved back in pieces to compare): the outputs and accepted states of the
-    variants others are checked against: native of each backend (contracts 1, 2) and the torch twin of
-    each mode (backend agreement, contract 3). The fp64 reference advances lazily with the rounds.
+    Kept (on the run's device, compared there): the outputs and accepted states of the variants others
+    are checked against: native of each backend (contracts 1, 2) and the torch twin of each mode (backend
+    agreement, contract 3). The fp64 reference advances lazily with the rounds.
+
+    Every comparison is judged per (round, layer): outputs per layer as they come, accepted states
+    split by layer. A partner that the case runs but that left nothing to compare with (out of memory,
+    an error) is an unpaired comparison, which fails: a missing partner never passes silently.
     """
 
     def __init__(self, case: SSMCase, ctx: RunContext, family: str, ref: _Reference, variants: list[Variant]) -> None:
         self.case, self.ctx, self.family, self.ref = case, ctx, family, ref
-        self.keep = {v for v in variants if v.mode == "native" or v.backend == "torch"}
+        self.runs = {v for v in variants if v.backend != "fla"}
+        self.keep = {v for v in self.runs if v.mode == "native" or v.backend == "torch"}
         self.outs: dict[tuple, torch.Tensor] = {}
         self.snaps: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.rollouts: dict[tuple, tuple[Variant, Any]] = {}
         self.single: list[tuple[Variant, Any]] = []
+        self.missing: dict[tuple, tuple[Variant, Any]] = {}  # unpaired comparisons, one per pair
 
-    def _add_round(self, key: tuple, v: Variant, index: int, c: Any) -> None:
+    def _add_round(self, key: tuple, v: Variant, index: int, c: Any, layer: int | None = None) -> None:
         if key not in self.rollouts:
             self.rollouts[key] = (v, self.ctx.rollout())
-        self.rollouts[key][1].add(index, c)
+        self.rollouts[key][1].add(index, c, layer=layer)
 
     def add(self, v: Variant, c: Any) -> None:
         self.single.append((v, c))
 
     def _cmp(self, a, b, **kw):
-        return self.ctx.compare(a, b.to(a.device), scenario=self.case.scenario, **kw)
+        return self.ctx.compare(a, b, scenario=self.case.scenario, **kw)
 
     def _partners(self, v: Variant) -> list[tuple[Variant, str]]:
-        """(variant to compare against, relation) for v: its backend's native, its torch twin."""
+        """(variant to compare against, relation) for v: its backend's native, its torch twin; only
+        partners the case runs (`--modes compact` alone has no native to compare with)."""
         out = []
         if v.mode != "native":
             out.append((Variant("native", "", v.backend), "mode"))
         if v.backend != "torch":
             out.append((v._replace(backend="torch"), "backend"))
-        return out
+        return [(other, rel) for other, rel in out if other in self.runs]
 
-    def output(self, v: Variant, r: int, layer: int, o: torch.Tensor, widths: torch.Tensor) -> None:
+    def _unpaired(self, name: str, v: Variant, other: Variant, **kw) -> None:
+        key = (name, v, other)
+        if key not in self.missing:
+            why = f"{label(other)} left no {name} to compare with (it did not run to the end: see its row)"
+            self.missing[key] = (v, self.ctx.unpaired(name=name, lhs=label(v), rhs=label(other),
+                                                      scenario=self.case.scenario, why=why, **kw))
+
+    def _output_policy(self, v: Variant, rel: str) -> dict[str, Any]:
         sd, hd = self.case.state_dtype, self.case.history_dtype
+        if rel == "mode" and v.mode == "compact":
+            return {"contract": "1", "policy": "bitwise"}
+        if rel == "mode":
+            return {"contract": "2", "policy": "rms", "tolerance": tolerances.replay_output_rms(self.family, sd, hd)}
+        return {"contract": "3", "policy": "rms", "tolerance": tolerances.backend_rms(self.family, sd)}
+
+    def _each(self, a: torch.Tensor, b: torch.Tensor, **kw) -> list[Any]:
+        """One comparison per layer (dim 0 of `a` and `b`), reduced together."""
+        return self.ctx.compare_each(a, b, scenario=self.case.scenario, **kw)
+
+    def _add_layers(self, key: tuple, v: Variant, r: int, comps: list[Any], widths: list[int] | None = None) -> None:
+        for layer, c in enumerate(comps):
+            self._add_round(key, v, r, by_request(c, widths), layer)
+
+    def outputs(self, v: Variant, r: int, outs: torch.Tensor, widths: torch.Tensor) -> None:
+        """Round `r`'s outputs of every layer, `[L, rows, HV, V]` (packed rows of the round's tokens)."""
+        w = widths.tolist()  # request widths: name the request of a packed row, and the reference's rows
         for other, rel in self._partners(v):
-            base = self.outs.get((other, r, layer))
+            kw = self._output_policy(v, rel)
+            base = self.outs.get((other, r))
             if base is None:
+                self._unpaired("o", v, other, **kw)
                 continue
-            if rel == "mode" and v.mode == "compact":
-                kw = {"contract": "1", "policy": "bitwise"}
-            elif rel == "mode":
-                kw = {"contract": "2", "policy": "rms", "tolerance": tolerances.replay_output_rms(sd, hd)}
-            else:
-                kw = {"contract": "3", "policy": "rms", "tolerance": tolerances.backend_rms(sd)}
-            c = self._cmp(o, base, name="o", lhs=label(v), rhs=label(other), dims=OUT_DIMS, **kw)
-            self._add_round(("o", v, other), v, r, _with_layer(c, layer))
-        ref = self.ref.output(r, layer)
+            self._add_layers(("o", v, other), v, r,
+                             self._each(outs, base, name="o", lhs=label(v), rhs=label(other), dims=OUT_DIMS, **kw), w)
+        with self.ctx.phase("reference"):
+            ref = self.ref.outputs(r)
         if ref is not None:
-            rows = int(widths[: self.ref.checked].long().sum())
-            c = self._cmp(o[:rows], ref, name="o", lhs=label(v), rhs="fp64-reference", contract="3",
-                          policy="rms", tolerance=self._ref_tol(v), dims=OUT_DIMS)
-            self._add_round(("o", v, "ref"), v, r, _with_layer(c, layer))
+            rows = sum(w[: self.ref.checked])
+            self._add_layers(("o", v, "ref"), v, r,
+                             self._each(outs[:, :rows], ref, name="o", lhs=label(v), rhs="fp64-reference",
+                                        contract="3", policy="rms", tolerance=self._ref_tol(v), dims=OUT_DIMS), w)
         if v in self.keep:
-            self.outs[(v, r, layer)] = o.to("cpu", copy=True)
+            self.outs[(v, r)] = outs
 
     def state(self, v: Variant, r: int, snap: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Round `r`'s accepted states (`[n, L, ...]` ssm and conv of the snapshot requests), per layer."""
         sd = self.case.state_dtype
         ssm, conv = snap
+        by_layer = ssm.transpose(0, 1)
         for other, rel in self._partners(v):
-            if (other, r) not in self.snaps:
-                continue
-            bssm, bconv = self.snaps[(other, r)]
             if rel == "mode":
                 contract = "1" if v.mode == "compact" else "2"
                 bitwise = v.mode == "compact" or sd == torch.float32
             else:
                 contract, bitwise = "3", False
-            kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tolerances.backend_rms(sd)}
-            a, b = (ssm, bssm) if bitwise else (ssm.float(), bssm.float())
-            self._add_round(("ssm", v, other), v, r,
-                            self._cmp(a, b, name="ssm", lhs=label(v), rhs=label(other), contract=contract,
-                                      dims=STATE_DIMS, **kw))
+            tol = tolerances.backend_rms(self.family, sd)
+            kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tol}
+            if (other, r) not in self.snaps:
+                self._unpaired("ssm", v, other, contract=contract, **kw)
+                continue
+            bssm, bconv = self.snaps[(other, r)]
+            a, b = by_layer, bssm.transpose(0, 1)
+            a, b = (a, b) if bitwise else (a.float(), b.float())
+            self._add_layers(("ssm", v, other), v, r,
+                             self._each(a, b, name="ssm", lhs=label(v), rhs=label(other), contract=contract,
+                                        dims=LAYER_STATE_DIMS, **kw))
             if rel == "mode":
-                self._add_round(("conv", v, other), v, r,
-                                self._cmp(conv, bconv, name="conv", lhs=label(v), rhs=label(other),
-                                          contract=contract, policy="bitwise", dims=CONV_DIMS))
-        ref = self.ref.state(r)
+                self._add_layers(("conv", v, other), v, r,
+                                 self._each(conv.transpose(0, 1), bconv.transpose(0, 1), name="conv", lhs=label(v),
+                                            rhs=label(other), contract=contract, policy="bitwise",
+                                            dims=LAYER_CONV_DIMS))
+        with self.ctx.phase("reference"):
+            ref = self.ref.state(r)
         if ref is not None:
-            c = self._cmp(ssm[: self.ref.checked], ref, name="ssm", lhs=label(v), rhs="fp64-reference",
-                          contract="3", policy="rms", tolerance=self._ref_tol(v), dims=STATE_DIMS)
-            self._add_round(("ssm", v, "ref"), v, r, c)
+            checked = min(self.ref.checked, ssm.shape[0])
+            self._add_layers(("ssm", v, "ref"), v, r,
+                             self._each(by_layer[:, :checked], ref[:checked].transpose(0, 1), name="ssm", lhs=label(v),
+                                        rhs="fp64-reference", contract="3", policy="rms", tolerance=self._ref_tol(v),
+                                        dims=LAYER_STATE_DIMS))
         if v in self.keep:
-            self.snaps[(v, r)] = (ssm.to("cpu", copy=True), conv.to("cpu", copy=True))
+            self.snaps[(v, r)] = (ssm.clone(), conv.clone())
 
     def forget(self, v: Variant) -> None:
-        """A variant that ran out of memory: drop its partial comparisons and anything kept from it."""
+        """A variant that ran out of memory: drop its partial comparisons and anything kept from it (the
+        variants that would have been compared with it then fail as unpaired)."""
         self.rollouts = {k: val for k, val in self.rollouts.items() if val[0] != v}
         self.single = [(w, c) for w, c in self.single if w != v]
+        self.missing = {k: val for k, val in self.missing.items() if val[0] != v}
         self.outs = {k: t for k, t in self.outs.items() if k[0] != v}
         self.snaps = {k: t for k, t in self.snaps.items() if k[0] != v}
 
     def _ref_tol(self, v: Variant) -> float:
         hist = self.case.history_dtype if v.mode == "replay" else torch.float32
-        return tolerances.reference_rms(self.family, self.case.state_dtype, hist)
+        return tolerances.reference_rms(self.family, self.case.state_dtype, hist, mode=v.mode)
 
     def _final(self, v: Variant) -> list[Any]:
-        return [ro.result() for w, ro in self.rollouts.values() if w == v] + [c for w, c in self.single if w == v]
+        return ([ro.result() for w, ro in self.rollouts.values() if w == v] + [c for w, c in self.single if w == v]
+                + [c for w, c in self.missing.values() if w == v])
 
     def passed(self, v: Variant) -> bool:
         return all(c.passed for c in self._final(v))
@@ -312,6 +383,8 @@ class _Comparisons:
             self.ctx.record(ro.result())
         for _, c in self.single:
             self.ctx.record(c)
+        for _, c in self.missing.values():
+            self.ctx.record(c)
 
     def release(self) -> None:
         self.outs.clear()
@@ -319,22 +392,39 @@ class _Comparisons:
 
 
 def _summary(c) -> str:
+    if c.problem:
+        return c.problem
     if c.policy == "bitwise":
         return f"{c.mismatches} of {c.numel} elements differ, max ULP {c.max_ulp}"
-    return f"RMS ratio {c.rms_ratio:.3g} > {c.tolerance:.3g}"
+    return f"worst RMS ratio {c.rms_ratio_max:.3g} > {c.tolerance:.3g} at round {c.rms_ratio_max_round}"
 
 
-def _with_layer(c, layer: int):
-    if c.first_mismatch is None:
+def by_request(c, widths: list[int] | None):
+    """Name the request of a packed output row: `token` (row) becomes (`request`, `token` in the request)."""
+    if widths is None:
         return c
-    return replace(c, first_mismatch={"layer": layer, **c.first_mismatch})
+
+    def split(at: dict | None) -> dict | None:
+        if not at or "token" not in at:
+            return at
+        row, start = at["token"], 0
+        for req, w in enumerate(widths):
+            if row < start + w:
+                return {"request": req, "token": row - start, **{k: v for k, v in at.items() if k != "token"}}
+            start += w
+        return at
+
+    return replace(c, first_mismatch=split(c.first_mismatch), worst_at=split(c.worst_at))
 
 
 # -------------------------------------------------------------------------------------------- reference
 class _Reference:
-    """The fp64 reference of §2 for the first `checked` requests: per request and layer, the accepted
-    state and conv window, advanced round by round along the accepted tokens. Computed once, lazily,
-    as the first variant walks the rounds; outputs and snapshot-round states are kept."""
+    """The fp64 reference of §2 for the first `checked` requests: per layer, the accepted state and conv
+    window of every checked request, advanced round by round along the accepted tokens, all requests at
+    once on the run's device (`naive_recurrent_fp64` batched: each request's W tokens padded to the round
+    width; tokens past a request's width are computed and dropped, which cannot change earlier tokens).
+    Computed once, lazily, as the first variant walks the rounds; outputs and snapshot-round states are
+    kept."""
 
     def __init__(self, wl: SSMWorkload, checked: int) -> None:
         self.wl, g = wl, wl.geom
@@ -343,23 +433,24 @@ class _Reference:
         self.conv = wl.init_conv[:checked].clone()  # [c, L, C, kernel - 1]
         self.fn = naive_recurrent_gdn if g.family == "gdn" else naive_recurrent_kda
         self.done = 0  # rounds advanced
-        self.outs: dict[tuple[int, int], torch.Tensor] = {}
+        self.outs: dict[int, torch.Tensor] = {}  # round -> [L, rows, HV, V]
         self.states: dict[int, torch.Tensor] = {}
 
     def _advance_to(self, r: int) -> None:
         while self.done <= r:
             rnd = self.done
             widths, accepted = self.wl.widths(rnd), self.wl.accepted(rnd)
-            for layer in range(self.wl.geom.layers):
-                self.outs[(rnd, layer)] = self._layer(layer, self.wl.inputs(rnd, layer), widths, accepted)
+            self.outs[rnd] = torch.stack([self._layer(layer, self.wl.inputs(rnd, layer), widths, accepted)
+                                          for layer in range(self.wl.geom.layers)])
             self.states[rnd] = self.S.clone()
             self.done += 1
 
-    def output(self, r: int, layer: int) -> torch.Tensor | None:
+    def outputs(self, r: int) -> torch.Tensor | None:
+        """`[L, rows, HV, V]` fp64 outputs of the checked requests in round `r`."""
         if not self.checked:
             return None
         self._advance_to(r)
-        return self.outs[(r, layer)]
+        return self.outs[r]
 
     def state(self, r: int) -> torch.Tensor | None:
         if not self.checked:
@@ -368,26 +459,21 @@ class _Reference:
         return self.states[r]
 
     def _layer(self, layer: int, inputs, widths: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
-        g, p = self.wl.geom, self.wl.params
-        w = widths.long().tolist()
-        acc = accepted.long().tolist()
-        start, outs = 0, []
+        g, p, c, W = self.wl.geom, self.wl.params, self.checked, self.wl.width
+        w = widths[:c].long()
+        start = torch.cumsum(widths.long(), 0)[:c] - w  # packed row of each request's first token
+        rows = (start[:, None] + torch.arange(W, device=w.device)).clamp_max(inputs.mixed_qkv.shape[0] - 1)
         extra = {} if g.family == "gdn" else {"lower_bound": g.lower_bound}
-        for r in range(self.checked):
-            rows = slice(start, start + w[r])
-            start += w[r]
-            if w[r] == 0:
-                continue
-            o, S, win = self.fn(
-                inputs.mixed_qkv[rows], inputs.a[rows], inputs.b[rows], self.conv[r, layer], self.S[r, layer],
-                p.conv_weight[layer], p.A_log[layer], p.dt_bias[layer], g.key_heads, **extra,
-            )
-            outs.append(o)
-            self.S[r, layer] = S[acc[r]]
-            self.conv[r, layer] = win[acc[r]]
-        if not outs:
-            return torch.zeros(0, g.value_heads, g.head_v_dim, dtype=torch.float64, device=self.S.device)
-        return torch.cat(outs)
+        o, S, win = self.fn(
+            inputs.mixed_qkv[rows], inputs.a[rows], inputs.b[rows], self.conv[:, layer], self.S[:, layer],
+            p.conv_weight[layer], p.A_log[layer], p.dt_bias[layer], g.key_heads, **extra,
+        )  # o [c, W, HV, V], S [c, W, HV, K, V], win [c, W, C, kernel - 1]
+        live = w > 0
+        pick = accepted[:c].long().clamp_min(0)
+        n = torch.arange(c, device=w.device)
+        self.S[:, layer] = torch.where(live[:, None, None, None], S[n, pick], self.S[:, layer])
+        self.conv[:, layer] = torch.where(live[:, None, None], win[n, pick], self.conv[:, layer])
+        return o[torch.arange(W, device=w.device)[None, :] < w[:, None]]  # packed like the modes' outputs
 
 
 def _use_tuned_configs(st: SSMState, ctx: RunContext, batch: int) -> tuple[str, str]:
@@ -451,14 +537,15 @@ def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comp
                 return outs
 
             valid = int(widths.long().sum())
+            native_round0 = comparisons.outs.get((Variant("native", "", "torch"), 0),
+                                                 comparisons.outs.get((Variant("native", "", "triton"), 0)))
             for layer, o in enumerate(one_round()):
-                base = comparisons.outs.get((Variant("native", "", "torch"), 0, layer),
-                                            comparisons.outs.get((Variant("native", "", "triton"), 0, layer)))
+                base = None if native_round0 is None else native_round0[layer]
                 if base is not None:
                     c = comparisons._cmp(o[:valid].float(), base, name="o", lhs="native/fla", rhs="native (round 0)",
                                          contract="3", policy="rms", tolerance=tolerances.REPLAY_OUTPUT_RMS_BF16,
                                          dims=OUT_DIMS)
-                    comparisons._add_round(("o", v, "native"), v, 0, _with_layer(c, layer))
+                    comparisons._add_round(("o", v, "native"), v, 0, c, layer)
             ok = comparisons.passed(v)
             row["status"] = "passed" if ok else "mismatch"
             if not ok:
@@ -587,6 +674,7 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
         "act_dtype": DTYPE_NAMES[case.act_dtype],
         "history_len": case.history_len if v.mode == "replay" else None,
         "history_dtype": DTYPE_NAMES[case.history_dtype] if v.mode == "replay" else None,
+        "gates": None if case.gates == "random" else case.gates,
         "layers": g.layers,
         "config": "",
         "config_source": "",

@@ -16,7 +16,7 @@ refuse `--batch 1000000000` in a millisecond rather than fail in the allocator h
 from __future__ import annotations
 
 from scenarios.base import CHECK_REQUESTS, CaseMemory
-from scenarios.ssm_engine import SPARE_SLOTS, SSMCase, label, ordered_variants
+from scenarios.ssm_engine import SPARE_SLOTS, SSMCase, label
 from states import MODES
 from states.base import _nbytes
 from states.presets import get_preset
@@ -33,7 +33,7 @@ def ssm_case_memory(case: SSMCase, device: str, restore: bool = False) -> CaseMe
     token_row = g.conv_dim + g.value_heads * g.gate_width + g.value_heads
     inputs = n * W * token_row * (fp32 + ab)
     out_round = R * L * n * W * g.value_heads * g.head_v_dim
-    variants = ordered_variants(case)
+    variants = case.variants
     kept = sum(1 for v in variants if v.mode == "native" or v.backend == "torch")
     checked = min(n, case.options.get("check_requests") or CHECK_REQUESTS)
     reference = R * L * checked * (W * g.value_heads * g.head_v_dim + g.state_elems) * 8

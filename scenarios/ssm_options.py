@@ -23,6 +23,7 @@ from scenarios.ssm_workload import AcceptModel
 from scenarios.trace import read_trace
 from states import MODES
 from states.base import ACT_DTYPES, DTYPE_NAMES, MODE_VARIANTS, STATE_DTYPES
+from states.params import check_gates
 from states.presets import get_ssm_preset
 
 SSM_BACKENDS = ("torch", "triton", "fla")
@@ -98,6 +99,9 @@ def plan_ssm(
         batches = [fixed("batch", 4, _one_batch, "_batch")]
         if not (dynamic if trace_widths_vary is None else trace_widths_vary):
             _check_fixed_widths(options["trace"], trace, drafts + 1, scenario)
+    gates = check_gates(given(options.get("gates"), "random"))
+    if trace is not None and options.get("gates") is not None:
+        raise ValueError("--gates generates gate inputs; with --trace every input comes from the trace")
     if options.get("check_requests") is not None:
         checked = parse_int(options["check_requests"], "--check-requests", lo=1)
         if checked > min(batches):
@@ -111,7 +115,7 @@ def plan_ssm(
             scenario=scenario, preset=preset.name, modes=tuple(modes), backends=tuple(backends), batch=b,
             drafts=drafts, rounds=rounds, state_dtype=state_dtype, act_dtype=act_dtype, history_len=history_len,
             history_dtype=history_dtype, accept=accept_spec, snapshot_every=snapshot_every, options=opts,
-            compact_commits=compact_commits, replay_forwards=replay_forwards,
+            compact_commits=compact_commits, replay_forwards=replay_forwards, gates=gates,
         )
         for b in batches
     ]

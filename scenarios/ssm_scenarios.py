@@ -22,7 +22,7 @@ def workload_for(case: SSMCase, ctx: RunContext) -> SSMWorkload:
     return build_workload(
         geom, batch=case.batch, drafts=case.drafts, rounds=case.rounds, state_dtype=case.state_dtype,
         act_dtype=case.act_dtype, accept=AcceptModel.parse(case.accept, case.drafts),
-        dynamic_widths=case.options["dynamic"], seed=ctx.seed, device=ctx.device,
+        dynamic_widths=case.options["dynamic"], seed=ctx.seed, device=ctx.device, gates=case.gates,
     )
 
 

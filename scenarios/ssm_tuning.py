@@ -80,7 +80,7 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
     dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
     defaults = default_configs(**dims)
     rounds = 3
-    bound = tolerances.backend_rms(cfg.state_dtype)
+    bound = tolerances.backend_rms(geom.family, cfg.state_dtype)
 
     # the step class's members: (pool name, mode, variant); each is timed on one round of its own pool
     members = {"native-round": ("native", ""), "compact-accept-round": ("compact", "accept"),

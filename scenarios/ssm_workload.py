@@ -98,6 +98,7 @@ class SSMWorkload:
     widths_per_round: list[torch.Tensor]
     accepted_per_round: list[torch.Tensor]
     trace_inputs: list[list[TokenInputs]] | None = None
+    gates: str = "random"  # gate inputs (states/params.py GATES): random | long-memory
 
     @property
     def batch(self) -> int:
@@ -114,7 +115,7 @@ class SSMWorkload:
         if self.trace_inputs is not None:
             return self.trace_inputs[rnd][layer].to(self.device)
         gen = torch.Generator(device=self.device).manual_seed(_mix(self.seed, 1000 + rnd, layer))
-        return make_token_inputs(self.geom, self.batch * self.width, self.act_dtype, gen)
+        return make_token_inputs(self.geom, self.batch * self.width, self.act_dtype, gen, self.gates)
 
 
 def build_workload(
@@ -129,10 +130,12 @@ def build_workload(
     dynamic_widths: bool,
     seed: int,
     device: str,
+    gates: str = "random",
 ) -> SSMWorkload:
-    """Random (seeded) workload. States are never zero: they start as a random decayed history."""
+    """Random (seeded) workload. States are never zero: they start as a random decayed history.
+    `gates`: `random` or `long-memory` decays (states/params.py)."""
     gen = torch.Generator().manual_seed(_mix(seed, 0, 0))
-    params = make_params(geom, act_dtype, gen).to(device)
+    params = make_params(geom, act_dtype, gen, gates).to(device)
     L, HV, K, V = geom.layers, geom.value_heads, geom.head_k_dim, geom.head_v_dim
     # drawn where they live: at model shapes the initial states are tens of GB on the CPU (seconds to
     # minutes a case); a CUDA run's seeded bits therefore differ from a CPU run's
@@ -148,7 +151,7 @@ def build_workload(
         accepted.append(accept.sample(w, g))
     return SSMWorkload(
         geom, params, init_ssm, init_conv, W, rounds, act_dtype, seed, device,
-        [w.to(device) for w in widths], [a.to(device) for a in accepted],
+        [w.to(device) for w in widths], [a.to(device) for a in accepted], gates=gates,
     )
 
 

@@ -1,50 +1,69 @@
 """Tolerances of the SPEC §5 contracts, as data, each with the reason for its value.
 
-Bitwise contracts have no tolerance. The RMS bounds below are ratios `||a - b|| / ||b||`. Bounds for
-bf16 state were measured (see the comments) and are never widened silently: a change here is a
-reviewed change with a new measurement.
+Bitwise contracts have no tolerance. The RMS bounds below are ratios `||a - b|| / ||b||`, judged on
+every (round, layer) on its own (never a mean over the rollout). Bounds for bf16 state were measured
+(the table below) and are never widened silently: a change here is a reviewed change with a new
+measurement.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Contract 2: replay outputs vs native outputs (same backend). With fp32 state they differ only by fp32
-# reassociation (SPEC: RMS ratio 2e-3).
-REPLAY_OUTPUT_RMS_FP32 = 2e-3
-# With bf16 state native rounds the state after every token while replay keeps fp32 between folds, and a
-# bf16 history stores k and d in bf16: outputs differ by accumulated bf16 rounding, about one bf16 ULP
-# (2^-8 = 3.9e-3) relative. Measured 2026-12-02, torch backend, batch 4, decode 256 rounds and mtp-fixed
-# 64 rounds (W = 4): worst per-round RMS ratio 3.7e-3 (gdn) / 1.5e-3 (kda) with bf16 state, 2.7e-3 (gdn)
-# / 3.2e-3 (kda) with fp32 state and bf16 history. Bound: 2 bf16 ULPs.
+# fp32 state, contracts 2 and 3: replay vs native outputs, every backend vs the fp64 reference (outputs
+# and states), triton vs torch. Measured on an H200 and in the interpreter, odd shapes included: 1e-7 to
+# 7e-7 (SPEC §5), so 1e-5 leaves an order of magnitude and a 1% error in one head of 32 (RMS ~2e-3) fails.
+FP32_RMS = 1e-5
+
+# bf16 state (or a bf16 replay history): native and compact round the state after every token, replay keeps
+# fp32 between folds. Measured 2026-12 on the torch backend (scripts/measure_bounds.py), worst (round, layer)
+# RMS ratio over 1024-token rollouts (decode 1024 rounds; mtp-fixed W = 4, accept all, 256 rounds), batch 2,
+# Lh 16, at tiny shapes (K = V = 16) and at model head size (K = V = 128, one layer), with random gates and
+# with long-memory gates (every decay 0.995..0.9997, states/params.py), which are the worst case:
+#
+#   bf16 state, long-memory     gdn tiny       gdn K128       kda tiny       kda K128   (outputs/states)
+#   native = compact vs fp64    1.8e-2/1.1e-2  2.1e-2/2.1e-2  2.1e-2/1.1e-2  2.0e-2/2.2e-2
+#   replay vs fp64              3.8e-3/3.4e-3  4.6e-3/5.2e-3  4.4e-3/3.5e-3  4.8e-3/5.4e-3
+#   replay vs native            1.9e-2/1.2e-2  2.1e-2/2.1e-2  2.1e-2/1.1e-2  2.1e-2/2.2e-2
+#   bf16 state, random gates: native vs fp64 5.4e-3/3.7e-3 (gdn), 2.0e-3/2.9e-3 (kda); replay 2.2e-3/2.7e-3
+#   fp32 state, bf16 history, replay outputs vs fp64: 3.0e-3 (gdn), 3.7e-3 (kda); states stay fp32-exact
+#   fp32 state, every comparison, both gates: 1.2e-7 .. 6.5e-7 (the 1e-5 bound above)
+#   Triton in the interpreter, bf16 state, long-memory, 256 tokens: native vs fp64 1.3e-2 (gdn) / 1.7e-2 (kda),
+#   replay vs fp64 3.3e-3 / 3.6e-3 (as torch); triton vs torch of the same mode up to 3.9e-3 / 2.2e-3
+#
+# So with long memory bf16-state native drifts to ~2e-2 while replay stays ~4x closer to fp64 (the drift
+# figure of a run shows the curve). Bounds: about 2.3x the worst measured value, per family and mode.
+BF16_REFERENCE_RMS = {"gdn": {"native": 5e-2, "compact": 5e-2, "replay": 1.2e-2},
+                      "kda": {"native": 5e-2, "compact": 5e-2, "replay": 1.2e-2}}
+# Replay vs native outputs: native's drift (replay is the closer one).
+BF16_REPLAY_OUTPUT_RMS = {"gdn": 5e-2, "kda": 5e-2}
+# Same mode triton vs torch, replay vs native states, restores across modes: two bf16 trajectories that
+# round differently drift apart like native drifts from fp64 (replay vs native states 2.2e-2 over 1024
+# tokens; triton vs torch 3.9e-3 after 256 and still growing, so the same bound).
+BF16_BACKEND_RMS = {"gdn": 5e-2, "kda": 5e-2}
+
+# The fla baseline writes outputs in the activation dtype (bf16): about one bf16 ULP relative, 2 ULPs bound.
 REPLAY_OUTPUT_RMS_BF16 = 2 * 2.0**-8
 
-# Contract 3: every backend vs the fp64 reference, fp32 state (SPEC).
-REFERENCE_RMS_FP32 = 2e-3
-# With bf16 state the per-token rounding compounds over a rollout. Same measurement as above: worst
-# per-round RMS ratio 3.5e-3 outputs / 2.7e-3 states (gdn), 1.5e-3 / 1.9e-3 (kda); replay with a bf16
-# history 2.7e-3 (gdn) / 3.2e-3 (kda) outputs. Bound: 1e-2 for both families (about 3x headroom).
-REFERENCE_RMS_BF16 = {"gdn": 1e-2, "kda": 1e-2}
 
-# Backend agreement (same mode, triton vs torch) and replay-vs-native bf16 states: both sides implement
-# §2 in fp32 and differ in reduction order only; with bf16 state a different last bit of one token's
-# rounding compounds like the bf16 reference drift above (replay vs native states measured 2.9e-3).
-BACKEND_RMS_FP32 = 2e-3
-BACKEND_RMS_BF16 = 1e-2
+def _exact(state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32) -> bool:
+    return state_dtype == torch.float32 and history_dtype == torch.float32
 
 
-def replay_output_rms(state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32) -> float:
-    """Replay vs native outputs. A bf16 history (derived k and d stored in bf16) rounds like a bf16
-    state does, so it takes the bf16 bound even with fp32 state."""
-    exact = state_dtype == torch.float32 and history_dtype == torch.float32
-    return REPLAY_OUTPUT_RMS_FP32 if exact else REPLAY_OUTPUT_RMS_BF16
+def replay_output_rms(family: str, state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32) -> float:
+    """Replay vs native outputs (contract 2). A bf16 history (derived k and d stored in bf16) rounds like
+    a bf16 state does, so it takes the bf16 bound even with fp32 state."""
+    return FP32_RMS if _exact(state_dtype, history_dtype) else BF16_REPLAY_OUTPUT_RMS[family]
 
 
-def reference_rms(family: str, state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32) -> float:
-    """A mode vs the fp64 reference; replay with a bf16 history is bounded like bf16 state."""
-    exact = state_dtype == torch.float32 and history_dtype == torch.float32
-    return REFERENCE_RMS_FP32 if exact else REFERENCE_RMS_BF16[family]
+def reference_rms(family: str, state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32,
+                  mode: str = "native") -> float:
+    """A mode vs the fp64 reference (contract 3); replay with a bf16 history is bounded like bf16 state."""
+    return FP32_RMS if _exact(state_dtype, history_dtype) else BF16_REFERENCE_RMS[family][mode]
 
 
-def backend_rms(state_dtype: torch.dtype) -> float:
-    return BACKEND_RMS_FP32 if state_dtype == torch.float32 else BACKEND_RMS_BF16
+def backend_rms(family: str, state_dtype: torch.dtype) -> float:
+    """Same mode, triton vs torch (contract 3), and bf16 states that are not bitwise (replay vs native,
+    restores across modes): both sides implement §2 in fp32 and differ in reduction order or in when they
+    round to bf16."""
+    return FP32_RMS if state_dtype == torch.float32 else BF16_BACKEND_RMS[family]

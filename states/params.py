@@ -1,7 +1,17 @@
-"""Layer parameters and per-token inputs of the linear-attention layers (SPEC §2)."""
+"""Layer parameters and per-token inputs of the linear-attention layers (SPEC §2).
+
+Two kinds of gate inputs (`GATES`, the `--gates` option):
+
+* `random`: decays spread between about 0.5 and 1 (short memory: a token's contribution fades within
+  a few dozen tokens, so per-token rounding errors fade with it);
+* `long-memory`: every per-token decay `exp(g)` lies in `LONG_MEMORY_DECAY` (0.995 to 0.9997), the
+  regime of long-context heads, where the state keeps hundreds of tokens and rounding errors
+  accumulate instead of fading (SPEC §5 measures the bf16 bounds there).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -48,25 +58,73 @@ class TokenInputs:
         return TokenInputs(self.mixed_qkv.to(device), self.a.to(device), self.b.to(device))
 
 
-def make_params(geom: SSMGeometry, act_dtype: torch.dtype, generator: torch.Generator) -> SSMParams:
-    """Random parameters in realistic ranges (decays between ~0.5 and ~1, conv weights ~ 1/kernel)."""
+GATES = ("random", "long-memory")
+LONG_MEMORY_DECAY = (0.995, 0.9997)  # per-token exp(g) of every head (and every K row for KDA)
+# Spread of the per-token gate input `a` around its head's bias in long-memory mode, and what bf16 rounding
+# of `a` can add to it (half a bf16 ULP at 1.0), so the decays stay inside LONG_MEMORY_DECAY.
+_A_SPREAD = 0.6
+_A_ROUNDING = 2.0**-8
+
+
+def check_gates(gates: str) -> str:
+    if gates not in GATES:
+        raise ValueError(f"--gates must be one of {', '.join(GATES)}, got {gates!r}")
+    return gates
+
+
+def make_params(geom: SSMGeometry, act_dtype: torch.dtype, generator: torch.Generator,
+                gates: str = "random") -> SSMParams:
+    """Random parameters in realistic ranges (conv weights ~ 1/kernel); decays between ~0.5 and ~1, or
+    with `gates="long-memory"` biases that put every decay inside LONG_MEMORY_DECAY (module docstring)."""
+    check_gates(gates)
     L, HV = geom.layers, geom.value_heads
     conv_weight = (torch.randn(L, geom.conv_dim, geom.conv_kernel, generator=generator) / geom.conv_kernel**0.5)
     A_log = torch.empty(L, HV).uniform_(-2.0, 0.5, generator=generator)
     bias_width = HV if geom.family == "gdn" else HV * geom.head_k_dim
     dt_bias = torch.empty(L, bias_width).uniform_(-1.0, 1.0, generator=generator)
+    if gates == "long-memory":
+        lo, hi = long_memory_bias_range(geom)
+        A_log = torch.zeros(L, HV)  # exp(A_log) = 1: the bias alone sets the decay
+        dt_bias = torch.empty(L, bias_width).uniform_(lo, hi, generator=generator)
     return SSMParams(conv_weight.to(act_dtype), A_log, dt_bias)
 
 
+def long_memory_bias_range(geom: SSMGeometry) -> tuple[float, float]:
+    """Range of `dt_bias` (with `A_log = 0`) such that `a + dt_bias`, for any `|a| <= _A_SPREAD` after
+    bf16 rounding, gives a per-token decay inside LONG_MEMORY_DECAY.
+
+    GDN: `exp(g) = exp(-softplus(x))`, so `x = log(expm1(-log(decay)))`; KDA: `exp(g) =
+    exp(lower_bound * sigmoid(x))`, so `x = logit(log(decay) / lower_bound)`. Both increase as the decay
+    falls, so the slowest decay gives the lowest x.
+    """
+    def x_of(decay: float) -> float:
+        g = math.log(decay)
+        if geom.family == "gdn":
+            return math.log(math.expm1(-g))
+        s = g / geom.lower_bound
+        return math.log(s / (1.0 - s))
+
+    margin = _A_SPREAD + _A_ROUNDING
+    lo, hi = x_of(LONG_MEMORY_DECAY[1]) + margin, x_of(LONG_MEMORY_DECAY[0]) - margin
+    if lo >= hi:
+        raise ValueError(f"lower_bound {geom.lower_bound} leaves no room for long-memory gates")
+    return lo, hi
+
+
 def make_token_inputs(
-    geom: SSMGeometry, tokens: int, act_dtype: torch.dtype, generator: torch.Generator
+    geom: SSMGeometry, tokens: int, act_dtype: torch.dtype, generator: torch.Generator, gates: str = "random"
 ) -> TokenInputs:
-    """Random inputs for `tokens` packed rows of one layer, drawn on the generator's device (at model
-    shapes a round of inputs is hundreds of MB: drawing it on the CPU and copying cost seconds a case)."""
+    """Random inputs for `tokens` packed rows of one layer (`gates`: see the module docstring), drawn on
+    the generator's device (at model shapes a round of inputs is hundreds of MB: drawing it on the CPU
+    and copying cost seconds a case)."""
     a_shape = (tokens, geom.value_heads) if geom.family == "gdn" else (tokens, geom.value_heads, geom.head_k_dim)
     dev = generator.device
+    mixed_qkv = torch.randn(tokens, geom.conv_dim, generator=generator, device=dev)
+    a = torch.randn(*a_shape, generator=generator, device=dev)
+    if check_gates(gates) == "long-memory":
+        a = (2 * torch.rand(*a_shape, generator=generator, device=dev) - 1) * _A_SPREAD
     return TokenInputs(
-        mixed_qkv=torch.randn(tokens, geom.conv_dim, generator=generator, device=dev).to(act_dtype),
-        a=torch.randn(*a_shape, generator=generator, device=dev).to(act_dtype),
+        mixed_qkv=mixed_qkv.to(act_dtype),
+        a=a.to(act_dtype),
         b=torch.randn(tokens, geom.value_heads, generator=generator, device=dev).to(act_dtype),
     )

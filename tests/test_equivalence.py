@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.equivalence import Comparison, EquivalenceReport, Rollout, compare
+from harness.equivalence import Comparison, EquivalenceReport, Rollout, compare, compare_each, failure_line, unpaired
 
 LABELS = dict(name="o", lhs="compact/torch", rhs="native/torch", contract="compact-vs-native", scenario="decode")
 
@@ -237,3 +237,56 @@ def test_report_json_roundtrip_is_strict_json_and_markdown_groups():
     assert "request=0, layer=1: nan vs" in md
     assert md.count("**FAIL**") == 1 and md.count("| PASS |") == 2
     assert isinstance(back.comparisons[0], Comparison)
+
+
+def test_compare_each_judges_every_unit_like_compare_does():
+    torch.manual_seed(9)
+    b = torch.randn(5, 3, 4, dtype=torch.float32)
+    a = b.clone()
+    a[1] += 1e-3 * torch.randn(3, 4)  # unit 1 off by RMS ~1e-3
+    a[3, 2, 1] = math.nan  # unit 3 holds a NaN
+    a[4, 0, 2] = torch.nextafter(a[4, 0, 2], torch.tensor(math.inf))  # unit 4 one ULP off
+    dims = ("head", "v")
+    each = compare_each(a, b, **LABELS, policy="rms", tolerance=1e-5, dims=dims)
+    assert len(each) == 5
+    for unit, c in enumerate(each):
+        one = _cmp(a[unit], b[unit], policy="rms", tolerance=1e-5, dims=dims)
+        for key, value in one.to_dict().items():
+            assert c.to_dict()[key] == value, (unit, key)
+    assert [c.passed for c in each] == [True, False, True, False, True]
+    assert each[3].worst_at == {"head": 2, "v": 1} and math.isnan(each[3].worst_abs)
+    assert each[4].first_mismatch == {"head": 0, "v": 2} and each[4].max_ulp == 1
+    worst = int((a[1] - b[1]).abs().argmax())
+    assert each[1].worst_at == {"head": worst // 4, "v": worst % 4}
+    assert each[1].worst_abs == pytest.approx(float((a[1] - b[1]).abs().max()))
+
+
+def test_rollout_judges_each_round_and_layer_and_says_where_the_worst_is():
+    torch.manual_seed(10)
+    rollout = Rollout()
+    for r in range(3):
+        for layer in range(4):
+            b = torch.randn(2, 3)
+            a = b.clone()
+            if (r, layer) == (1, 2):
+                a[1, 0] += 0.5  # one bad unit among twelve: its own RMS breaks the bound, the mean would not
+            rollout.add(r, _cmp(a, b, policy="rms", tolerance=0.05, dims=("request", "head")), layer=layer)
+    merged = rollout.result()
+    assert not merged.passed and merged.rms_ratio < 0.1 and merged.rms_ratio_max > 0.05
+    assert merged.units == 12 and merged.failed_units == 1 and merged.rounds == 3
+    assert merged.worst_at == {"round": 1, "layer": 2, "request": 1, "head": 0}
+    assert merged.rms_ratio_max_round == 1 and merged.series_rounds == [0, 1, 2]
+    line = failure_line(merged)
+    assert line.startswith("FAIL decode: compact-vs-native: compact/torch vs native/torch o: RMS ratio")
+    assert "at (round 1, layer 2, request 1, head 0); 1 of 12 (round, layer) units fail" in line
+
+
+def test_unpaired_comparisons_fail_and_say_why():
+    c = unpaired(name="o", lhs="compact/torch", rhs="native/torch", contract="1", scenario="decode",
+                 policy="bitwise", why="native/torch ran out of memory")
+    assert not c.passed and c.problem == "no partner: native/torch ran out of memory"
+    assert not EquivalenceReport([c]).passed
+    assert failure_line(c) == ("FAIL decode: contract 1 compact == native: compact/torch vs native/torch o: "
+                               "no partner: native/torch ran out of memory")
+    back = Comparison.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert back.problem == c.problem and not back.passed

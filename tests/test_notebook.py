@@ -12,7 +12,6 @@ import pytest
 from ipykernel.kernelspec import write_kernel_spec
 from nbclient import NotebookClient
 
-from harness import runner
 from harness.runner import run_scenario
 from results.store import Run, load_run
 
@@ -40,7 +39,7 @@ def test_a_figure_that_cannot_be_drawn_does_not_fail_the_run(tmp_path: Path, mon
     def broken_plot_run(run: Run) -> None:
         raise RuntimeError("no canvas")
 
-    monkeypatch.setattr(runner, "plot_run", broken_plot_run)
+    monkeypatch.setattr("results.plots.plot_run", broken_plot_run)  # the runner imports it when drawing
     with pytest.warns(UserWarning, match="not drawn: RuntimeError.'no canvas'"):
         outcome = run_scenario("mtp-fixed", {"rounds": 2, "batch": "2"}, argv=ARGV, out_root=tmp_path)
     assert load_run(outcome.path).throughput["status"].eq("passed").all()  # finished, not left .partial

@@ -236,9 +236,11 @@ def test_gate_page_cases_pass_on_every_tp_pair(tmp_path):
 @pytest.mark.parametrize(
     "broken, direction, fails",
     [
-        (_dropping, "to_pool", ["loaded slots (contract 4)", "imported slots (contract 4)"]),
-        (_dropping, "to_pages", ["offloaded pages (contract 4)", "exported pages (contract 4)"]),
-        (_scribbling, "to_pool", ["untouched slots and padding row (contract 5)"]),
+        (_dropping, "to_pool", ["contract 4 transfer/restore: {} loaded slots:",
+                                "contract 4 transfer/restore: {} imported slots:"]),
+        (_dropping, "to_pages", ["contract 4 transfer/restore: {} offloaded pages:",
+                                 "contract 4 transfer/restore: {} exported pages:"]),
+        (_scribbling, "to_pool", ["contract 5 untouched slots: {} untouched slots and padding row:"]),
     ],
 )
 def test_gate_catches_a_broken_transfer(tmp_path, monkeypatch, broken, direction, fails):
@@ -246,16 +248,20 @@ def test_gate_catches_a_broken_transfer(tmp_path, monkeypatch, broken, direction
     monkeypatch.setitem(kernels.pages._DIRECT, ("torch", direction), broken(original))
     outcome = run_gate(device="cpu", backends="torch", cases=GATE_CASES, out_root=tmp_path)
     assert not outcome.passed
-    for what in fails:
-        assert any(what in line for line in outcome.lines), outcome.lines
+    for what in fails:  # `{}`: the pair (lhs vs rhs) between the contract and the tensor
+        head, tail = what.split("{}")
+        assert any(head in line and tail in line and line.index(head) < line.index(tail)
+                   for line in outcome.lines), outcome.lines
 
 
 def test_gate_catches_an_offload_that_rewrites_a_ready_page(tmp_path, monkeypatch):
     monkeypatch.setattr(CPUPagePool, "_skip_ready", lambda self, ids: ids)
     outcome = run_gate(device="cpu", backends="torch", cases=GATE_CASES[:1], out_root=tmp_path)
     assert not outcome.passed
-    assert any("offloaded pages (contract 4)" in line for line in outcome.lines), outcome.lines
-    assert any("loaded slots (contract 4)" in line for line in outcome.lines), outcome.lines
+    assert any("contract 4 transfer/restore: " in line and " offloaded pages: " in line for line in outcome.lines), \
+        outcome.lines
+    assert any("contract 4 transfer/restore: " in line and " loaded slots: " in line for line in outcome.lines), \
+        outcome.lines
 
 
 def _out_of_memory(*args, **kwargs):

@@ -9,7 +9,6 @@ show fp-contraction effects.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, replace
 
 import pytest
@@ -275,8 +274,6 @@ def test_fold_inside_forward_equals_a_materialize_before_the_round() -> None:
     assert folded >= 2, "the rounds did not fold"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("kernels.ssm.native") is None,
-                    reason="kernels/ssm/native.py (the triton native kernels) does not exist yet")
 @pytest.mark.parametrize("preset", ["tiny-gdn", "tiny-kda"])
 def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str) -> None:
     seed = 31
@@ -294,7 +291,8 @@ def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str) -> None
         assert torch.equal(snap, want_snap), f"round {rnd}: replay fold differs from native, max {(snap - want_snap).abs().max():.2e}"
 
 
-@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graph capture needs a GPU")
+@pytest.mark.cuda
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device with TRITON_INTERPRET=0 (CUDA graph capture)")
 def test_round_captures_in_one_cuda_graph() -> None:
     seed = 41
     state = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, seed)

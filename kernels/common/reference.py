@@ -24,44 +24,48 @@ def naive_recurrent_fp64(
     key_heads: int,
     gate_fp64: Callable[[torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One request, one layer, T tokens, in float64.
+    """One layer, T tokens, in float64, for one request or a batch of them (any leading dims `...`).
+
+    Batching requests only adds a leading dim to every einsum, so a batch of requests runs on the
+    inputs' device at once (a GPU computes the fp64 reference of many requests in one pass).
 
     Args:
-        mixed_qkv: `[T, conv_dim]` raw inputs (activation dtype).
-        a: `[T, HV]` (GDN) or `[T, HV, K]` (KDA) gate input.
-        b: `[T, HV]` beta input.
-        conv_window: `[conv_dim, kernel - 1]` inputs before the first token.
-        state: `[HV, K, V]` state before the first token (any float dtype).
+        mixed_qkv: `[..., T, conv_dim]` raw inputs (activation dtype).
+        a: `[..., T, HV]` (GDN) or `[..., T, HV, K]` (KDA) gate input.
+        b: `[..., T, HV]` beta input.
+        conv_window: `[..., conv_dim, kernel - 1]` inputs before the first token.
+        state: `[..., HV, K, V]` state before the first token (any float dtype).
         conv_weight: `[conv_dim, kernel]`.
         key_heads: H.
-        gate_fp64: maps `a` (fp64) to the log gate, `[T, HV, 1]` or `[T, HV, K]`.
+        gate_fp64: maps `a` (fp64) to the log gate, `[..., T, HV, 1]` or `[..., T, HV, K]`.
 
     Returns:
-        outputs `[T, HV, V]`, states after every token `[T, HV, K, V]` and conv windows after every
-        token `[T, conv_dim, kernel - 1]`, all float64 except the windows (input dtype).
+        outputs `[..., T, HV, V]`, states after every token `[..., T, HV, K, V]` and conv windows after
+        every token `[..., T, conv_dim, kernel - 1]`, all float64 except the windows (input dtype).
     """
-    T = mixed_qkv.shape[0]
-    HV, K, V = state.shape
+    T = mixed_qkv.shape[-2]
+    lead = mixed_qkv.shape[:-2]
+    HV, K, V = state.shape[-3:]
     H = key_heads
     kernel = conv_weight.shape[1]
     y = naive_causal_conv_fp64(conv_window, mixed_qkv, conv_weight, mixed_qkv.dtype)
-    q = y[:, : H * K].reshape(T, H, K)
-    k = y[:, H * K : 2 * H * K].reshape(T, H, K)
-    v = y[:, 2 * H * K :].reshape(T, HV, V)
+    q = y[..., : H * K].reshape(*lead, T, H, K)
+    k = y[..., H * K : 2 * H * K].reshape(*lead, T, H, K)
+    v = y[..., 2 * H * K :].reshape(*lead, T, HV, V)
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * K**-0.5
     k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    q = q.repeat_interleave(HV // H, dim=1)
-    k = k.repeat_interleave(HV // H, dim=1)
+    q = q.repeat_interleave(HV // H, dim=-2)
+    k = k.repeat_interleave(HV // H, dim=-2)
     decay = torch.exp(gate_fp64(a.double()))
     beta = torch.sigmoid(b.double())
     S = state.double().clone()
     outs, states = [], []
     for t in range(T):
-        S = S * decay[t][..., None]
-        d = beta[t][:, None] * (v[t] - torch.einsum("hkv,hk->hv", S, k[t]))
-        S = S + torch.einsum("hk,hv->hkv", k[t], d)
-        outs.append(torch.einsum("hkv,hk->hv", S, q[t]))
+        S = S * decay[..., t, :, :, None]
+        d = beta[..., t, :, None] * (v[..., t, :, :] - torch.einsum("...hkv,...hk->...hv", S, k[..., t, :, :]))
+        S = S + torch.einsum("...hk,...hv->...hkv", k[..., t, :, :], d)
+        outs.append(torch.einsum("...hkv,...hk->...hv", S, q[..., t, :, :]))
         states.append(S.clone())
-    full = torch.cat([conv_window, mixed_qkv.T.to(conv_window.dtype)], dim=1)
-    windows = torch.stack([full[:, t + 1 : t + kernel] for t in range(T)])
-    return torch.stack(outs), torch.stack(states), windows
+    full = torch.cat([conv_window, mixed_qkv.transpose(-1, -2).to(conv_window.dtype)], dim=-1)
+    windows = torch.stack([full[..., t + 1 : t + kernel] for t in range(T)], dim=-3)
+    return torch.stack(outs, dim=-3), torch.stack(states, dim=-4), windows

@@ -42,18 +42,18 @@ def causal_conv(
 def naive_causal_conv_fp64(
     window: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, act_dtype: torch.dtype
 ) -> torch.Tensor:
-    """Reference conv of one request in fp64, rounded to `act_dtype` like §2 prescribes.
+    """Reference conv in fp64, rounded to `act_dtype` like §2 prescribes; any leading batch dims.
 
     Args:
-        window: `[C, kernel - 1]`; x: `[T, C]`; weight: `[C, kernel]`.
+        window: `[..., C, kernel - 1]`; x: `[..., T, C]`; weight: `[C, kernel]`.
 
     Returns:
-        `[T, C]` float64 holding values representable in `act_dtype`.
+        `[..., T, C]` float64 holding values representable in `act_dtype`.
     """
     kernel = weight.shape[1]
-    full = torch.cat([window.double(), x.double().T], dim=1)
+    full = torch.cat([window.double(), x.double().transpose(-1, -2)], dim=-1)
     out = torch.stack(
-        [(weight.double() * full[:, t : t + kernel]).sum(1) for t in range(x.shape[0])]
+        [(weight.double() * full[..., t : t + kernel]).sum(-1) for t in range(x.shape[-2])], dim=-2
     )
     out = out * torch.sigmoid(out)
     return out.to(act_dtype).double()

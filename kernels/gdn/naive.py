@@ -64,10 +64,11 @@ def naive_recurrent_gdn(
     dt_bias: torch.Tensor,
     key_heads: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Float64 reference of one GDN layer over T tokens of one request (see `naive_recurrent_fp64`).
+    """Float64 reference of one GDN layer over T tokens of one request or a batch (see `naive_recurrent_fp64`).
 
-    Shapes: mixed_qkv `[T, conv_dim]`, a and b `[T, HV]`, conv_window `[conv_dim, kernel - 1]`,
-    state `[HV, K, V]`, conv_weight `[conv_dim, kernel]`, A_log and dt_bias `[HV]`.
+    Shapes: mixed_qkv `[..., T, conv_dim]`, a and b `[..., T, HV]`, conv_window `[..., conv_dim, kernel - 1]`,
+    state `[..., HV, K, V]`, conv_weight `[conv_dim, kernel]`, A_log and dt_bias `[HV]` (`...`: any batch of
+    requests, none for one).
     """
 
     def gate(a64: torch.Tensor) -> torch.Tensor:

@@ -67,12 +67,13 @@ def naive_recurrent_kda(
     key_heads: int,
     lower_bound: float = -5.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Float64 reference of one KDA layer over T tokens of one request (see `naive_recurrent_fp64`).
+    """Float64 reference of one KDA layer over T tokens of one request or a batch (see `naive_recurrent_fp64`).
 
-    Shapes: mixed_qkv `[T, conv_dim]`, a `[T, HV, K]`, b `[T, HV]`, conv_window `[conv_dim, kernel - 1]`,
-    state `[HV, K, V]`, conv_weight `[conv_dim, kernel]`, A_log `[HV]`, dt_bias `[HV * K]`.
+    Shapes: mixed_qkv `[..., T, conv_dim]`, a `[..., T, HV, K]`, b `[..., T, HV]`, conv_window
+    `[..., conv_dim, kernel - 1]`, state `[..., HV, K, V]`, conv_weight `[conv_dim, kernel]`, A_log `[HV]`,
+    dt_bias `[HV * K]` (`...`: any batch of requests, none for one).
     """
-    HV, K = state.shape[:2]
+    HV, K = state.shape[-3:-1]
 
     def gate(a64: torch.Tensor) -> torch.Tensor:
         x = torch.exp(A_log.double())[:, None] * (a64 + dt_bias.double().reshape(HV, K))

@@ -1,0 +1,77 @@
+"""Where a run's wall time goes: seconds per phase (SPEC §7 "profile before guessing").
+
+A run is split into phases (`setup`, `reference`, `rollout`, `compare`, `timing`, `figures`, ...).
+Each second is counted once, toward the innermost phase open at the time: entering `compare` inside
+`rollout` pauses `rollout`. On CUDA every phase boundary synchronizes the device, so asynchronous
+kernels are counted in the phase that launched them rather than in the next one that waits.
+The profile goes into manifest.json as `wall_s`, with `imports` (process start to the first phase)
+and `total`; `case_wall_s` holds each case's wall time by case label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+import harness
+
+PHASES = ("imports", "setup", "reference", "rollout", "compare", "timing", "figures", "write")
+
+
+class PhaseClock:
+    def __init__(self, device: str = "cpu") -> None:
+        self._cuda = str(device).startswith("cuda")
+        self.totals: dict[str, float] = {}
+        self.cases: dict[str, float] = {}
+        self._stack: list[str] = []
+        self._since = self._start = self._now()
+        self.totals["imports"] = self._start - harness.STARTED
+
+    def _now(self) -> float:
+        if self._cuda and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        now = self._now()
+        if self._stack:
+            self._charge(self._stack[-1], now)
+        self._stack.append(name)
+        self._since = now
+        try:
+            yield
+        finally:
+            now = self._now()
+            self._charge(name, now)
+            self._stack.pop()
+            self._since = now
+
+    @contextmanager
+    def case(self, label: str) -> Iterator[None]:
+        """Wall time of one case (on top of its phases)."""
+        start = self._now()
+        try:
+            yield
+        finally:
+            self.cases[label] = self.cases.get(label, 0.0) + self._now() - start
+
+    def _charge(self, name: str, now: float) -> None:
+        self.totals[name] = self.totals.get(name, 0.0) + now - self._since
+
+    def profile(self) -> dict[str, dict[str, float]]:
+        """`{"wall_s": {phase: seconds, ..., "total": ...}, "case_wall_s": {case: seconds}}` (ms precision)."""
+        totals = dict(self.totals)
+        now = time.perf_counter()
+        if self._stack:  # the phase still open (the run's outer one) counts up to now
+            totals[self._stack[-1]] = totals.get(self._stack[-1], 0.0) + now - self._since
+        wall = {k: round(v, 3) for k, v in sorted(totals.items(), key=lambda kv: _order(kv[0]))}
+        wall["total"] = round(totals["imports"] + now - self._start, 3)
+        return {"wall_s": wall, "case_wall_s": {k: round(v, 3) for k, v in self.cases.items()}}
+
+
+def _order(name: str) -> int:
+    return PHASES.index(name) if name in PHASES else len(PHASES)
