@@ -66,8 +66,8 @@ ReplayForward = Annotated[str | None, typer.Option(
     help="comma list of replay forward variants (default both): inline (token by token) | precompute (the round's projections "
          "as matrix products on tensor cores; compared by tolerance only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
-Gates = Annotated[str, typer.Option(
-    help="gate inputs: random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "
+Gates = Annotated[str | None, typer.Option(
+    help="gate inputs (default random): random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "
          "where bf16 state drifts most)")]
 Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
 Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
@@ -138,7 +138,7 @@ def _ssm_command(scenario: str, drop: tuple[str, ...], rounds_help: str):
         history_dtype: HistoryDtype = "fp32",
         compact_commit: CompactCommit = None,
         replay_forward: ReplayForward = None,
-        gates: Gates = "random",
+        gates: Gates = None,
         trace: Trace = None,
         dump: Dump = None,
         snapshot_every: SnapshotEvery = 8,
@@ -268,15 +268,19 @@ def gate(
     """Check every SPEC §5 contract at gate shapes; exit 1 on a broken contract, a missing or failed variant,
     or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
     skips them)."""
-    _interpret_triton_on_cpu(device, backend)
-    from harness.gate import run_gate
     from harness.runner import DEFAULT_OUT
     from harness.writable import check_output_dir, check_output_file
 
-    # where the gate writes is checked before its cases run, not after them
+    # bad input is one line before anything else, the interpreter restart included; where the gate
+    # writes is checked before its cases run, not after them
+    if shapes not in ("tiny", "model"):
+        _fail(f"--shapes must be tiny or model, got {shapes!r}")
     _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
     if junit is not None:
         _guarded(lambda: check_output_file(junit, "--junit"))
+    _interpret_triton_on_cpu(device, backend)
+    from harness.gate import run_gate
+
     with progress_reporter() as progress:
         outcome = _guarded(
             lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,

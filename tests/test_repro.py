@@ -35,7 +35,7 @@ def light_runs(monkeypatch):
 
     measure = env.measure_ceilings
     monkeypatch.setattr(env, "measure_ceilings", lambda device, **_: measure(device, cpu_bytes=1 << 20, repeats=3))
-    monkeypatch.setattr(harness_runner, "plot_run", lambda run: {})
+    monkeypatch.setattr(harness_runner, "draw_figures", lambda *args, **kwargs: None)
 
 
 def _run(argv: list[str], out: Path) -> pd.DataFrame:
