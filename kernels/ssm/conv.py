@@ -7,9 +7,10 @@ in fp32 tap by tap (the order of kernels/conv/naive.py::causal_conv) and rounded
 dtype. The next window is stored as columns `[0, kernel - 2 + w)` <- `full[:, 1 : kernel - 1 + w]`,
 so accepting `a` drafts leaves it at columns `[a, a + kernel - 1)`. Idle rows (w = 0) touch nothing.
 
-SiLU is `x / (1 + exp(-x))`, the formula of torch's CPU kernel; `tl.exp` is not torch's `exp`, so a
-last-bit difference in fp32 (rarely visible after rounding to bf16) is possible against the torch
-backend. The conv feeds every mode of one backend, which is where the bitwise contracts live.
+SiLU is `x / (1 + exp(-x))` evaluated in fp64 from the fp32 sum and rounded to fp32, then to the
+activation dtype: the path torch takes for `F.silu(acc.double()).to(bf16)` (the torch backend and the
+fp64 reference), so all three give the same bits. (An fp32 `tl.exp` SiLU differed from torch's in the
+last fp32 bit often enough to flip the bf16 rounding of a few elements per layer at model shapes.)
 """
 
 from __future__ import annotations
@@ -69,7 +70,11 @@ def causal_conv_kernel(
             b_acc = b_w[:, None] * b_f
         else:
             b_acc = b_acc + b_w[:, None] * b_f
-    b_y = b_acc / (1.0 + tl.exp(-b_acc))
+    # SiLU in fp64, then fp32, then the activation dtype: torch's `F.silu(acc.double()).to(bf16)` goes the
+    # same way, so conv outputs agree bit for bit with the torch backend and the fp64 reference (an fp32
+    # SiLU flipped the bf16 rounding of a few elements a layer at model shapes, 1e-4 in contract 3)
+    b_acc64 = b_acc.to(tl.float64)
+    b_y = (b_acc64 / (1.0 + tl.exp(-b_acc64))).to(tl.float32)
 
     # the next window, read before anything is written: it may overlap the accepted one
     o_s = tl.arange(0, BKW)
