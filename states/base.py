@@ -28,6 +28,7 @@ from kernels.common.torch_ops import decay_from_log_gate, l2norm, split_qkv
 from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import gdn_gate, gdn_step
 from kernels.kda.naive import kda_gate, kda_step
+from kernels.ssm.configs import Config, check_config
 from kernels.ssm.conv import causal_conv_update
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
@@ -195,6 +196,10 @@ class SSMState:
     # ------------------------------------------------------------------ pools (mode hooks)
     def _allocate(self) -> None:
         raise NotImplementedError
+
+    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
+        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
+        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor the pool owns, by name (for footprints, poisoning and snapshots in tests)."""

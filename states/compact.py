@@ -20,7 +20,7 @@ import torch
 
 from kernels.common.torch_ops import l2norm
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
-from kernels.ssm.configs import Config, check_config, default_configs
+from kernels.ssm.configs import default_configs
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
@@ -57,10 +57,6 @@ class CompactState(SSMState):
     def halves(cfg: StateConfig) -> int:
         """Record halves: 2 for the deferred variant (pending + new round), 1 for accept."""
         return 2 if cfg.mode_variant == "deferred" else 1
-
-    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
-        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _kernel_pool(self) -> CompactPool:
         return CompactPool(self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta,

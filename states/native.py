@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.ssm.configs import Config, check_config, default_configs
+from kernels.ssm.configs import default_configs
 from kernels.ssm.native import native_verify
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
@@ -28,10 +28,6 @@ class NativeState(SSMState):
         )
         # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
         self.kernel_configs = default_configs(head_k_dim=g.head_k_dim, head_v_dim=g.head_v_dim, conv_dim=g.conv_dim)
-
-    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
-        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {**super()._pool_tensors(), "ssm": self.ssm}

@@ -378,16 +378,7 @@ def replay_forward(
     """
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} outside [0, {L})")
-    if n == 0 or qkv.shape[0] % n:
-        raise ValueError(f"{qkv.shape[0]} packed rows do not make a round of {n} requests")
-    W = qkv.shape[0] // n
-    if W > P // 2:
-        raise ValueError(f"round width {W} exceeds the history length {P // 2}")
-    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
-    if is_kda != pool.is_kda:
-        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's hist_g {tuple(pool.hist_g.shape)}")
+    W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
     if fold_from.shape != (n,):
         raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
     BV, opts = step_launch_options(config, V)
@@ -398,3 +389,22 @@ def replay_forward(
         H=H, HV=HV, K=K, V=V, W=W, P=P, IS_KDA=is_kda, BK=triton.next_power_of_2(K), BV=BV, **opts,
     )
     return out
+
+
+def check_replay_round(pool: ReplayPool, layer: int, qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                       A_log: torch.Tensor, dt_bias: torch.Tensor, slots: torch.Tensor, widths: torch.Tensor,
+                       cu_seqlens: torch.Tensor, out: torch.Tensor | None) -> tuple[int, bool, torch.Tensor]:
+    """Validate a replay forward launch (both variants); returns `(W, is_kda, out)`, `out` allocated if None."""
+    L, cap, H, HV, K, V, P = pool.dims
+    n = slots.shape[0]
+    if not 0 <= layer < L:
+        raise ValueError(f"layer {layer} outside [0, {L})")
+    if n == 0 or qkv.shape[0] % n:
+        raise ValueError(f"{qkv.shape[0]} packed rows do not make a round of {n} requests")
+    W = qkv.shape[0] // n
+    if W > P // 2:
+        raise ValueError(f"round width {W} exceeds the history length {P // 2}")
+    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
+    if is_kda != pool.is_kda:
+        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's hist_g {tuple(pool.hist_g.shape)}")
+    return W, is_kda, out

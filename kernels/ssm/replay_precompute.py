@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from kernels.ssm.configs import Config
-from kernels.ssm.native import check_verify_inputs, zero_padding_rows
-from kernels.ssm.replay import ReplayPool
+from kernels.ssm.native import zero_padding_rows
+from kernels.ssm.replay import ReplayPool, check_replay_round
 from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
 
 REPLAY_PRECOMPUTE = "replay-precompute"
@@ -229,19 +229,10 @@ def replay_precompute_forward(
     """
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} outside [0, {L})")
     why = precompute_supported(K, V)
     if why:
         raise ValueError(why)
-    if n == 0 or qkv.shape[0] % n:
-        raise ValueError(f"{qkv.shape[0]} packed rows do not make a round of {n} requests")
-    W = qkv.shape[0] // n
-    if W > P // 2:
-        raise ValueError(f"round width {W} exceeds the history length {P // 2}")
-    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
-    if is_kda != pool.is_kda:
-        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's hist_g {tuple(pool.hist_g.shape)}")
+    W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
     config = check_precompute_config(config)
     BV = min(config["BV"], max(16, triton.next_power_of_2(V)))
     replay_precompute_kernel[(triton.cdiv(V, BV) * n * HV,)](
