@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import env, timing  # noqa: E402
 from kernels.ssm.compact import compact_commit, compact_verify  # noqa: E402
+from kernels.ssm.configs import STEP, config_space  # noqa: E402
 from kernels.ssm.conv import causal_conv_update  # noqa: E402
 from kernels.ssm.native import native_verify  # noqa: E402
 from kernels.ssm.replay import replay_forward  # noqa: E402
@@ -164,6 +165,51 @@ def fla_cases(geom, params, n: int, state_dtype: torch.dtype):
     return [("fla-decode", run, moved)]
 
 
+def _setup(args):
+    geom = replace(get_ssm_preset(args.preset).ssm, layers=1)
+    params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
+    sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
+    return geom, params, sd
+
+
+def _configs(args, geom) -> list[dict]:
+    """The asked BV x num_warps grid, less what the step config space prunes (4..128 values a thread)."""
+    space = config_space(STEP, head_k_dim=geom.head_k_dim, head_v_dim=geom.head_v_dim, conv_dim=geom.conv_dim)
+    grid = [{"BV": bv, "num_warps": nw, "num_stages": 1}
+            for bv, nw in itertools.product((int(b) for b in args.bv.split(",")), (int(w) for w in args.warps.split(",")))]
+    return [c for c in grid if c in space]
+
+
+def _warm(job) -> str:
+    """Worker: launch every kernel of one (batch, config) once, so its compile lands in Triton's cache."""
+    args, n, step = job
+    global DEVICE
+    DEVICE = args.device
+    geom, params, sd = _setup(args)
+    keep = set(filter(None, args.kernels.split(",")))
+    for name, fn, _ in kernel_cases(geom, params, n, args.drafts, sd, step):
+        if not keep or name in keep:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - the timing pass reports it
+                pass
+    torch.cuda.synchronize()
+    return f"b{n} BV{step['BV']} w{step['num_warps']}"
+
+
+def precompile(args, geom, batches: list[int]) -> None:
+    """Compile every (batch, config) in `args.jobs` processes first: the timing pass then loads kernels from
+    Triton's cache instead of compiling one at a time (device time is for measuring)."""
+    import multiprocessing as mp
+
+    jobs = [(args, n, c) for n in batches for c in _configs(args, geom)]
+    t0 = time.time()
+    with mp.get_context("spawn").Pool(args.jobs) as pool:
+        for i, done in enumerate(pool.imap_unordered(_warm, jobs), 1):
+            if i % 8 == 0 or i == len(jobs):
+                print(f"precompiled {i}/{len(jobs)} ({done}) at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="qwen3-next")
@@ -175,21 +221,23 @@ def main() -> None:
     ap.add_argument("--kernels", default="", help="comma list to keep (default: all)")
     ap.add_argument("--out", default="kernels.csv")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--jobs", type=int, default=1, help="processes that compile every case first (CUDA only)")
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device
     torch.manual_seed(0)
-    geom = replace(get_ssm_preset(args.preset).ssm, layers=1)
-    params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
-    sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
+    geom, params, sd = _setup(args)
+    batches = [int(b) for b in args.batch.split(",")]
+    if args.jobs > 1 and DEVICE == "cuda":
+        precompile(args, geom, batches)
     ceilings = env.measure_ceilings(DEVICE)
     ceiling = ceilings.get("d2d-copy", ceilings.get("cpu-memcpy"))["gbps"]
     keep = set(filter(None, args.kernels.split(",")))
     rows = []
     t0 = time.time()
-    for n in (int(b) for b in args.batch.split(",")):
-        for bv, nw in itertools.product((int(b) for b in args.bv.split(",")), (int(w) for w in args.warps.split(","))):
-            step = {"BV": bv, "num_warps": nw, "num_stages": 1}
+    for n in batches:
+        for step in _configs(args, geom):
+            bv, nw = step["BV"], step["num_warps"]
             for name, fn, moved in kernel_cases(geom, params, n, args.drafts, sd, step):
                 if keep and name not in keep:
                     continue

@@ -277,7 +277,8 @@ def test_fold_inside_forward_equals_a_materialize_before_the_round() -> None:
 @pytest.mark.parametrize("preset", ["tiny-gdn", "tiny-kda"])
 def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str) -> None:
     seed = 31
-    native = _build(preset, "native", "triton", torch.float32, torch.float32, seed, step=NARROW)
+    # different launch configs on purpose: the step's arithmetic does not depend on them (kernels/ssm/step.py)
+    native = _build(preset, "native", "triton", torch.float32, torch.float32, seed, step=WIDE)
     state = _build(preset, "replay", "triton", torch.float32, torch.float32, seed, step=NARROW)
     _start([native, state], seed)
     gen = torch.Generator().manual_seed(seed + 1)

@@ -41,25 +41,86 @@ def round_to(b_x, dtype: tl.constexpr):
     return b_y
 
 
+# Reductions over K in a fixed order. `tl.sum` reduces in whatever order the block's layout gives it
+# (rows held by one thread first, then across lanes, then across warps), and the layout follows the launch
+# config (BV, num_warps): two configs would give two sets of bits, so modes that must agree bit for bit
+# would have to share one config. `kdot` instead names its order by row index: rows r, r + BK/4, r + BK/2
+# and r + 3BK/4 are chained with explicit FMAs (one rounding each), then the BK/4 partial sums are added
+# in halves (row i + row i + n/2), each level adding exactly two operands, which commutes. Nothing is left
+# for the layout to choose, so every config and every kernel computes the same bits, and the FMAs do in
+# one instruction what `tl.sum(h * x)` does in two (measured in SASS: 96 FFMA + 32 FMUL + 36 FADD against
+# 128 FMUL + 132 FADD for a 128 x 32 block).
+
+
+@triton.constexpr_function
+def log2(n):
+    """log2 of a power of two, at compile time."""
+    return int(n).bit_length() - 1
+
+
 @triton.jit
-def l2norm(b_x):
-    """`x / sqrt(sum(x^2) + 1e-6)` of an fp32 `[BK]` block (masked lanes must hold 0)."""
-    return b_x / tl.sqrt(tl.sum(b_x * b_x, 0) + 1e-6)
+def _halves(b_s, R: tl.constexpr, BV: tl.constexpr):
+    """`[R, BV]` (R a power of two) -> `[BV]`: add row i and row i + R/2 until one row is left."""
+    for lvl in tl.static_range(log2(R)):
+        b_s = tl.sum(tl.reshape(b_s, [2, R >> (lvl + 1), BV]), 0)
+    return tl.reshape(b_s, [BV])
+
+
+@triton.jit
+def kdot(b_h, b_x):
+    """`sum_k h[k, :] * x[k]` of an fp32 `[BK, BV]` block and a `[BK]` vector (BK a power of two >= 4), in
+    the fixed order described above."""
+    BK: tl.constexpr = b_h.shape[0]
+    BV: tl.constexpr = b_h.shape[1]
+    Q: tl.constexpr = BK // 4
+    # [Q, BV, 2, 2]: element [r, :, a, b] is row (2a + b) * Q + r
+    h_0, h_1 = tl.split(tl.permute(tl.reshape(b_h, [2, 2, Q, BV]), (2, 3, 0, 1)))
+    x_0, x_1 = tl.split(tl.permute(tl.reshape(b_x, [2, 2, Q]), (2, 0, 1)))
+    h_00, h_10 = tl.split(h_0)
+    h_01, h_11 = tl.split(h_1)
+    x_00, x_10 = tl.split(x_0)
+    x_01, x_11 = tl.split(x_1)
+    b_s = h_00 * x_00[:, None]
+    b_s = tl.fma(h_01, x_01[:, None], b_s)
+    b_s = tl.fma(h_10, x_10[:, None], b_s)
+    b_s = tl.fma(h_11, x_11[:, None], b_s)
+    return _halves(b_s, Q, BV)
+
+
+@triton.jit
+def ksq(b_x):
+    """`sum_k x[k]^2` of an fp32 `[BK]` vector in `kdot`'s order (a scalar)."""
+    BK: tl.constexpr = b_x.shape[0]
+    Q: tl.constexpr = BK // 4
+    x_0, x_1 = tl.split(tl.permute(tl.reshape(b_x, [2, 2, Q]), (2, 0, 1)))
+    x_00, x_10 = tl.split(x_0)
+    x_01, x_11 = tl.split(x_1)
+    b_s = tl.fma(x_11, x_11, tl.fma(x_10, x_10, tl.fma(x_01, x_01, x_00 * x_00)))
+    for lvl in tl.static_range(log2(Q)):
+        b_s = tl.sum(tl.reshape(b_s, [2, Q >> (lvl + 1)]), 0)
+    return tl.sum(b_s, 0)
+
+
+@triton.jit
+def l2norm(b_x, scale=1.0):
+    """`scale * x / sqrt(sum(x^2) + 1e-6)` of an fp32 `[BK]` block (masked lanes must hold 0), the sum in
+    `kdot` order. One division per vector, then a multiply per element: a per-element `x / y` compiles to
+    about five instructions (reciprocal, two range fix-up multiplies and their tests)."""
+    return b_x * (scale / tl.sqrt(ksq(b_x) + 1e-6))
 
 
 @triton.jit
 def delta_step(b_h, b_k, b_v, b_decay, b_beta):
     """`S <- decay * S; d = beta (v - S^T k); S <- S + k d^T`; returns the new `b_h` (fp32, unrounded)."""
     b_h = b_h * b_decay
-    b_d = b_beta * (b_v - tl.sum(b_h * b_k[:, None], 0))
-    b_h = b_h + b_k[:, None] * b_d[None, :]
-    return b_h
+    b_d = b_beta * (b_v - kdot(b_h, b_k))
+    return tl.fma(b_k[:, None], b_d[None, :], b_h)
 
 
 @triton.jit
 def step_output(b_h, b_q):
     """`o = S^T q` for the `[BV]` slice of columns held in `b_h`."""
-    return tl.sum(b_h * b_q[:, None], 0)
+    return kdot(b_h, b_q)
 
 
 @triton.jit
@@ -87,7 +148,7 @@ def load_token(qkv, a, b, tok, valid, i_h, i_hv, o_k, m_k, o_v, m_v,
 def prepare_token(b_q, b_k, b_v, b_a, b_b, b_A_log, b_bias, scale, lower_bound, IS_KDA: tl.constexpr):
     """Step inputs of one token from its raw loads (`load_token`), fp32: q normalized and scaled, k
     normalized, v, the log gate g (a scalar for GDN, `[BK]` for KDA) and beta = sigmoid(b)."""
-    b_q = l2norm(b_q.to(tl.float32)) * scale
+    b_q = l2norm(b_q.to(tl.float32), scale)
     b_k = l2norm(b_k.to(tl.float32))
     if IS_KDA:
         b_g = kda_log_gate(b_a.to(tl.float32), b_A_log, b_bias, lower_bound)

@@ -1,0 +1,171 @@
+"""Registers, spills and instruction mix of the SSM kernels for a CUDA target, on a machine without a GPU.
+
+Device time is scarce; most kernel questions ("how many instructions per state element does a token
+step cost", "did the state block spill", "are the loads 16 bytes wide") are answered by the compiler.
+This script calls the real launchers (`scripts/bench_kernels.py`'s cases) on small CPU tensors with
+Triton's driver replaced by one that reports a CUDA target and whose cache hook compiles each launch
+for that target instead of running it; Triton's bundled `ptxas` and `nvdisasm` do the rest. Nothing
+runs, so the figures are static: instructions in the SASS, registers, local-memory (spill) bytes.
+
+Columns: regs, spill_bytes (stack frame, local memory), sass (instructions), and counts of the
+classes that matter for the token step: FFMA / FMUL / FADD (fp32 math), SHFL (warp reductions),
+BAR (block barriers: cross-warp reductions), LDS/STS (shared memory), LDG/STG (global), LDL/STL
+(local memory: spills), MUFU (exp, rsqrt, ...).
+
+Usage:
+    python3 scripts/sass_stats.py --preset qwen3-next --bv 16,32 --warps 1,2,4 --kernels compact,native
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton import knobs  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CLASSES = ("FFMA", "FMUL", "FADD", "SHFL", "BAR", "LDS", "STS", "LDG", "STG", "LDL", "STL", "MUFU")
+_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+class _TargetOnlyDriver:
+    """Just enough of a Triton driver for the JIT to specialize and compile for `target` (no device)."""
+
+    def __init__(self, target: GPUTarget) -> None:
+        self.target = target
+
+    def get_current_target(self) -> GPUTarget:
+        return self.target
+
+    def get_current_device(self) -> int:
+        return 0
+
+    def get_current_stream(self, device: int) -> int:
+        return 0
+
+    def get_active_torch_device(self) -> torch.device:
+        return torch.device("cpu")
+
+
+def sass_counts(cubin: bytes) -> tuple[int, collections.Counter]:
+    """(instructions, opcode counts) of a cubin's SASS (opcode without modifiers)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    ops: collections.Counter = collections.Counter()
+    for line in text.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if m:
+            ops[m.group(1)] += 1
+    return sum(ops.values()), ops
+
+
+def resources(cubin: bytes) -> dict[str, int]:
+    """Registers and stack (spill) bytes of the cubin's kernel, from `cuobjdump --dump-resource-usage`."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([str(_BIN / "cuobjdump"), "--dump-resource-usage", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    reg = re.search(r"REG:(\d+)", text)
+    stack = re.search(r"STACK:(\d+)", text)
+    return {"regs": int(reg.group(1)) if reg else -1, "spill_bytes": int(stack.group(1)) if stack else -1}
+
+
+class Capture:
+    """Installs the target-only driver and a cache hook that compiles every launch instead of running it."""
+
+    def __init__(self, arch: int) -> None:
+        self.target = GPUTarget("cuda", arch, 32)
+        self.compiled: list[tuple[str, object]] = []
+
+    def __enter__(self) -> "Capture":
+        triton.runtime.driver.set_active(_TargetOnlyDriver(self.target))
+        knobs.runtime.jit_cache_hook = self._hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        knobs.runtime.jit_cache_hook = None
+        triton.runtime.driver._active = None  # back to lazily creating the real one (there may be none)
+
+    def _hook(self, *, key, repr, fn, compile, is_manual_warmup, already_compiled):  # noqa: A002 - Triton's names
+        jit = fn.jit_function
+        src = triton.compiler.ASTSource(jit, compile["signature"], compile["constants"], compile["configs"][0])
+        options = {k: compile[k] for k in ("num_warps", "num_ctas", "num_stages", "enable_fp_fusion", "extern_libs")}
+        kernel = triton.compile(src, target=self.target, options=options)
+        self.compiled.append((fn.name, kernel))
+        return True  # skip the launch
+
+
+def main() -> None:
+    import scripts.bench_kernels as bench
+    from states.params import make_params
+    from states.presets import get_ssm_preset
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="qwen3-next")
+    ap.add_argument("--drafts", type=int, default=3)
+    ap.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--bv", default="16,32")
+    ap.add_argument("--warps", default="1,2,4")
+    ap.add_argument("--kernels", default="", help="comma list to keep (default: all but fla-decode)")
+    ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
+    ap.add_argument("--sass-dir", default="", help="also write each kernel's SASS here")
+    args = ap.parse_args()
+
+    import states.base
+
+    bench.DEVICE = "cpu"
+    states.base._interpreting = lambda: True  # let triton-backend states live on CPU tensors: nothing runs
+    geom = replace(get_ssm_preset(args.preset).ssm, layers=1)
+    params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0))
+    sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
+    keep = set(filter(None, args.kernels.split(",")))
+    print(f"{'kernel':<12} {'BV':>3} {'w':>2} {'regs':>5} {'spill':>6} {'sass':>6} "
+          + " ".join(f"{c:>5}" for c in CLASSES))
+    for bv, nw in itertools.product((int(b) for b in args.bv.split(",")), (int(w) for w in args.warps.split(","))):
+        step = {"BV": bv, "num_warps": nw, "num_stages": 1}
+        for name, fn, _ in bench.kernel_cases(geom, params, 2, args.drafts, sd, step):
+            if keep and name not in keep:
+                continue
+            with Capture(args.arch) as cap:
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - a config that does not compile is a line, not a crash
+                    print(f"{name:<12} {bv:>3} {nw:>2} {type(e).__name__}: {str(e).splitlines()[0][:80]}")
+                    continue
+            for kname, kernel in cap.compiled:
+                cubin = kernel.asm["cubin"]
+                total, ops = sass_counts(cubin)
+                res = resources(cubin)
+                label = name if len(cap.compiled) == 1 else f"{name}:{kname[:6]}"
+                print(f"{label:<12} {bv:>3} {nw:>2} {res['regs']:>5} {res['spill_bytes']:>6} {total:>6} "
+                      + " ".join(f"{ops.get(c, 0):>5}" for c in CLASSES), flush=True)
+                if args.sass_dir:
+                    Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+                    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                        f.write(cubin)
+                        f.flush()
+                        sass = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True,
+                                              text=True).stdout
+                    Path(args.sass_dir, f"{label.replace(':', '-')}-bv{bv}-w{nw}.sass").write_text(sass)
+
+
+if __name__ == "__main__":
+    main()
