@@ -317,6 +317,8 @@ def autotune_cmd(
     batch: Batch = None,
     device: Device = "cpu",
     drafts: Drafts = None,
+    history_len: Annotated[int | None, typer.Option(
+        help="ssm: replay history length Lh the runs use (default 16, at least W); keys the replay kernels")] = None,
     state_dtype: StateDtype = "fp32",
     page_size: Annotated[str | None, typer.Option(help="pages: comma list of page sizes in tokens (default 256)")] = None,
     tp: Annotated[str | None, typer.Option(help="pages: TP degree whose rank-0 shape is tuned (default 1)")] = None,

@@ -29,6 +29,9 @@ from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given,
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "runs"
 # Autotuned configs (keyed inside by GPU name, Triton version, kernel, static key); `harness autotune` fills it.
 DEFAULT_CACHE = Path(__file__).resolve().parents[1] / "results" / "autotune" / "cache.json"
+# Configs tuned on named GPUs that ship with the harness (same format): a run on such a GPU uses them where
+# its own cache has nothing (source `shipped`). scripts/ship_configs.py writes it from an autotune cache.
+SHIPPED_CACHE = Path(__file__).resolve().parent / "shipped_configs.json"
 
 
 @dataclass
@@ -77,13 +80,18 @@ def make_context(
     level = autotune.Level(autotune_level)
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError(f"runs look configs up (cache-only | off); tune with `harness autotune --level {level.value}`")
-    cache: list[autotune.AutotuneCache] = []  # opened on first use
+    caches: list[autotune.AutotuneCache] = []  # the run's cache, then the shipped one; opened on first use
 
     def kernel_config(kernel: str, static_key: dict, batch: int, default: dict) -> tuple[dict, str]:
-        if not cache:
-            cache.append(autotune.AutotuneCache(autotune_cache))
-        choice = autotune.cached_choice(kernel, static_key, batch, cache=cache[0], level=level, default=default)
-        return choice.config, "cached" if choice.source == "cache" else "default"
+        if not caches:
+            caches.append(autotune.AutotuneCache(autotune_cache))
+            if SHIPPED_CACHE.exists():
+                caches.append(autotune.AutotuneCache(SHIPPED_CACHE))
+        for cache, source in zip(caches, ("cached", "shipped")):
+            choice = autotune.cached_choice(kernel, static_key, batch, cache=cache, level=level, default=default)
+            if choice.source == "cache":
+                return choice.config, source
+        return dict(default), "default"
 
     def record(c: equivalence.Comparison) -> None:
         report.add(c)

@@ -67,8 +67,13 @@ COLUMNS: list[Column] = [
     Column("direction", "str", "axis", "transfer and variant: d2h | h2d (direct), d2h-staged | h2d-staged, gather | scatter "
            "(staging page on the device), export | import (PD pages, SSM snapshots)"),
     # kernel config
-    Column("config", "str", "config", "kernel config as JSON (block sizes, warps, stages)"),
-    Column("config_source", "str", "config", "where the config came from: autotuned | cached | default | fixed"),
+    Column("config", "str", "config",
+           "launch configs as JSON: {kernel: {block sizes, warps, stages}} for every kernel the row ran (SSM), "
+           "or the page kernel's launch"),
+    Column("config_source", "str", "config",
+           "where the config came from: cached (the run's autotune cache) | shipped (tuned on this GPU model, "
+           "harness/shipped_configs.json) | default (untuned) | fixed (no launch config), joined with + when a "
+           "row's kernels differ"),
     # outcome
     Column("status", "str", "status", "passed | mismatch | oom | unsupported | error"),
     Column("reason", "str", "status", "why the row is not passed (required then); optional note otherwise"),

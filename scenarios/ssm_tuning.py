@@ -1,14 +1,20 @@
-"""Autotune sweeps of the SSM-state Triton kernels (`harness autotune ssm`) and the config lookup the
-SSM scenarios do with the same keys (SPEC §2, §8).
+"""Autotune sweeps of the SSM-state Triton kernels (`harness autotune ssm`), one per kernel, and the
+config lookup the SSM scenarios do with the same keys (SPEC §2, §8).
 
-Config classes (kernels/ssm/configs.py): `step` is shared by native verify, compact verify + commit
-(both variants) and the replay forward with its in-kernel fold, because its BV and warp layout set
-the reduction tree the bitwise contracts depend on; it is tuned as one unit on the sum of those
-members' times (one round each), and a candidate is valid only if, with it, both compact variants
-equal native bit for bit and (fp32 state) replay's fold equals native bit for bit, and native and
-replay are within the reference bound of the torch backend. `conv` is tuned alone against the torch
-backend. Every sweep runs on disposable one-layer pools (the kernels are per layer; compact's
-all-layer commit scales linearly), never on a run's state.
+Every kernel (kernels/ssm/configs.py) is tuned on its own time: the candidate launches that kernel alone
+on a disposable one-layer pool at the batch bucket (scenarios/ssm_kernels.py), CUDA-graph timed. Before
+it is timed, a candidate must pass the check its kernel already has: a short rollout of the kernel's
+mode with the candidate (every other kernel on its default) against
+
+* native on its default config, bit for bit (outputs and committed state) for native verify, compact
+  verify / commit / deferred verify and the conv: the step's arithmetic does not depend on the launch
+  config, so a candidate that changes a bit is wrong, not merely different;
+* the replay fold against native's state, bit for bit (fp32 state), for the replay forward (which folds
+  inside) and the all-layer fold;
+* the torch backend within the fp32 / bf16 reference bound for native and both replay forwards.
+
+The default config is always a candidate, so a tuned kernel is never slower than the untuned one as
+far as the sweep can tell. Candidates compile in parallel processes before the sweep (on CUDA).
 """
 
 from __future__ import annotations
@@ -28,30 +34,43 @@ from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
-STEP, CONV, PRECOMPUTE = "step", "conv", "replay-precompute"
-STEP_MEMBERS = ("native-round", "compact-accept-round", "compact-deferred-round", "replay-round")
+# kernel -> (mode, variant) whose rollout checks it
+_MODE_OF = {
+    "native-verify": ("native", ""), "compact-verify": ("compact", "accept"),
+    "deferred-verify": ("compact", "deferred"), "compact-commit": ("compact", "accept"),
+    "replay-forward": ("replay", "inline"), "replay-fold": ("replay", "inline"),
+    "replay-precompute": ("replay", "precompute"), "conv": ("native", ""),
+}
 
 
-def static_key(geom: SSMGeometry, cfg: StateConfig, config_class: str) -> dict[str, Any]:
-    """What changes the best config of a class (the batch is the run key, bucketed)."""
+def _rounds(cfg: StateConfig) -> int:
+    """Rollout rounds of a check: enough that replay's history overflows at least once (each round adds
+    at least one record), so the fold inside the forward is checked too."""
+    return max(3, cfg.history_len - cfg.width + 2)
+
+
+def static_key(geom: SSMGeometry, cfg: StateConfig, kernel: str) -> dict[str, Any]:
+    """What changes the best config of a kernel (the batch is the run key, bucketed)."""
     key = {
         "family": geom.family, "H": geom.key_heads, "HV": geom.value_heads, "K": geom.head_k_dim,
         "V": geom.head_v_dim, "conv_dim": geom.conv_dim, "state": DTYPE_NAMES[cfg.state_dtype],
         "act": DTYPE_NAMES[cfg.act_dtype], "W": cfg.width,
     }
-    if config_class in (STEP, PRECOMPUTE):  # replay forwards are members: their history shapes the registers
+    if kernel.startswith("replay"):  # their history shapes the registers
         key.update(Lh=cfg.history_len, hist=DTYPE_NAMES[cfg.history_dtype])
     return key
 
 
 def lookup_configs(ctx: RunContext, geom: SSMGeometry, cfg: StateConfig, batch: int,
                    defaults: dict[str, dict]) -> tuple[dict[str, dict], str]:
-    """The configs a triton pool of this case runs with, and where they came from (for the row)."""
+    """The configs a triton pool of this case runs with (kernel -> config), and where they came from for
+    the row: `cached` (the run's cache), `shipped` (harness/shipped_configs.json), `default` (untuned),
+    or the sources joined with `+` when the kernels' differ (`cached+default`)."""
     chosen, sources = {}, set()
-    for cls, default in defaults.items():
-        chosen[cls], source = ctx.kernel_config(cls, static_key(geom, cfg, cls), batch, default)
+    for kernel, default in defaults.items():
+        chosen[kernel], source = ctx.kernel_config(kernel, static_key(geom, cfg, kernel), batch, default)
         sources.add(source)
-    return chosen, "cached" if sources == {"cached"} else "default"  # any class on its default: not tuned
+    return chosen, "+".join(sorted(sources))
 
 
 def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
@@ -59,12 +78,15 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
     device = given(options.get("device"), "cpu")
     check_device(device, ["triton"])
     drafts = 3 if options.get("drafts") is None else int(options["drafts"])
-    if drafts < 1:
-        raise ValueError("tuning covers verify rounds: --drafts must be >= 1")
+    if drafts < 0:
+        raise ValueError(f"--drafts must be >= 0 (0 tunes decode), got {drafts}")
     state_dtype = parse_dtype(given(options.get("state_dtype"), "fp32"), STATE_DTYPES, "--state-dtype")
     act_dtype = parse_dtype(given(options.get("act_dtype"), "bf16"), ACT_DTYPES, "--act-dtype")
     geom = replace(preset.ssm, layers=1)
-    history_len = max(16, 1 << (drafts + 1 - 1).bit_length())
+    # the replay kernels are keyed by Lh: tune the one the runs use (theirs defaults to 16, at least W)
+    history_len = int(given(options.get("history_len"), max(16, 1 << drafts.bit_length())))
+    if history_len < 4 or history_len & (history_len - 1) or history_len < drafts + 1:
+        raise ValueError(f"--history-len must be a power of two >= 4 and >= W = {drafts + 1}, got {history_len}")
     jobs = []
     for batch in parse_batches(given(options.get("batch"), "4")):
         cfg = StateConfig("native", batch, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
@@ -74,105 +96,89 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
 
 
 def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
-    from kernels.ssm.configs import config_space, default_configs
-    from kernels.ssm.replay_precompute import DEFAULT_PRECOMPUTE_CONFIG, precompute_supported
+    from kernels.ssm.configs import config_space, default_config
+    from scenarios.ssm_kernels import kernel_cases
 
     dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
-    defaults = default_configs(**dims)
-    rounds = 3
     bound = tolerances.backend_rms(geom.family, cfg.state_dtype)
-
-    # the step class's members: (pool name, mode, variant); each is timed on one round of its own pool
-    members = {"native-round": ("native", ""), "compact-accept-round": ("compact", "accept"),
-               "compact-deferred-round": ("compact", "deferred"), "replay-round": ("replay", "")}
-    with_precompute = precompute_supported(geom.head_k_dim, geom.head_v_dim) is None
-    if with_precompute:  # timed alone (its own class), on its own pool
-        members_all = {**members, "replay-precompute-round": ("replay", "precompute")}
-    else:
-        members_all = members
+    built: dict[int, dict[str, Any]] = {}  # bucket -> inputs, shared by the kernels' sweeps
 
     def build(bucket: int) -> dict[str, Any]:
-        wl = build_workload(geom, batch=bucket, drafts=cfg.drafts, rounds=rounds, state_dtype=cfg.state_dtype,
-                            act_dtype=cfg.act_dtype, accept=AcceptModel.parse("geometric:0.7", cfg.drafts),
+        if bucket in built:
+            return built[bucket]
+        wl = build_workload(geom, batch=bucket, drafts=cfg.drafts, rounds=_rounds(cfg), state_dtype=cfg.state_dtype,
+                            act_dtype=cfg.act_dtype, accept=AcceptModel.parse("geometric:0.7", max(cfg.drafts, 1)),
                             dynamic_widths=False, seed=bucket, device=cfg.device)
         torch_cfg = replace(cfg, backend="torch")
-        ref = {}
-        for mode in ("native", "replay"):
-            st, slots = _fresh(geom, wl, torch_cfg, mode, "", None)
-            ref[mode] = [_round(st, slots, wl, r) for r in range(rounds)]
-        pools = {name: _fresh(geom, wl, cfg, mode, variant, defaults) for name, (mode, variant) in members_all.items()}
-        for name in ("compact-deferred-round", "replay-round", "replay-precompute-round"):  # records before timing
-            if name not in pools:
-                continue
-            st, slots = pools[name]
-            for r in range(rounds):
-                _round(st, slots, wl, r)
-        return {"wl": wl, "ref": ref, "pools": pools}
+        ref = {mode: _rollout(geom, wl, torch_cfg, mode, "", None) for mode in ("native", "replay")}
+        native = _rollout(geom, wl, cfg, "native", "", {})  # triton, every kernel on its default
+        cases = {c.kernel: c for c in kernel_cases(geom, wl.params, batch=bucket, drafts=cfg.drafts,
+                                                   state_dtype=cfg.state_dtype, act_dtype=cfg.act_dtype,
+                                                   history_len=cfg.history_len, device=cfg.device)
+                 if c.name == c.kernel}
+        built[bucket] = {"wl": wl, "ref": ref, "native": native, "cases": cases}
+        return built[bucket]
 
-    def run_member(name: str, cls: str):
+    def run_kernel(kernel: str):
         def run(config: dict, inputs: dict) -> None:
-            st, slots = inputs["pools"][name]
-            st.set_kernel_configs({cls: config})
-            _round(st, slots, inputs["wl"], 0)
+            inputs["cases"][kernel].run(config)
         return run
 
-    def rollout(inputs: dict, mode: str, variant: str, configs: dict) -> tuple[list[torch.Tensor], tuple]:
-        wl = inputs["wl"]
-        st, slots = _fresh(geom, wl, cfg, mode, variant, {**defaults, **configs})
-        outs = [_round(st, slots, wl, r) for r in range(rounds)]
-        return outs, st.snapshot(slots)
+    def check_kernel(kernel: str):
+        mode, variant = _MODE_OF[kernel]
 
-    def check_step(config: dict, inputs: dict) -> tuple[bool, str]:
-        native, nsnap = rollout(inputs, "native", "", {STEP: config})
-        for variant in ("accept", "deferred"):
-            compact, csnap = rollout(inputs, "compact", variant, {STEP: config})
-            if not all(torch.equal(a, b) for a, b in zip(compact, native, strict=True)):
-                return False, f"compact ({variant}) outputs differ from native under this config"
-            if not all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(csnap, nsnap, strict=True)):
-                return False, f"compact ({variant}) state differs from native under this config"
-        replay, rsnap = rollout(inputs, "replay", "", {STEP: config})
-        if cfg.state_dtype == torch.float32 and not torch.equal(rsnap[0], nsnap[0]):
-            return False, "replay fold differs from native state under this config"
-        worst = max(_rms(o, ref) for o, ref in zip(native, inputs["ref"]["native"], strict=True))
-        worst_replay = max(_rms(o, ref) for o, ref in zip(replay, inputs["ref"]["replay"], strict=True))
-        ok = max(worst, worst_replay) <= bound
-        return ok, f"native / replay vs torch backend RMS {worst:.3g} / {worst_replay:.3g} (bound {bound:.3g})"
+        def check(config: dict, inputs: dict) -> tuple[bool, str]:
+            outs, snap = _rollout(geom, inputs["wl"], cfg, mode, variant, {kernel: config})
+            n_outs, n_snap = inputs["native"]
+            said = []
+            if mode in ("native", "compact"):
+                if not all(torch.equal(a, b) for a, b in zip(outs, n_outs, strict=True)):
+                    return False, f"{mode} outputs differ from native's default config bit for bit"
+                if not all(_same_bytes(a, b) for a, b in zip(snap, n_snap, strict=True)):
+                    return False, f"{mode} committed state differs from native's default config bit for bit"
+                said.append("bitwise == native")
+            elif cfg.state_dtype == torch.float32:
+                if not torch.equal(snap[0], n_snap[0]):
+                    return False, "replay fold differs from native state bit for bit"
+                said.append("fold bitwise == native")
+            if mode != "compact":
+                worst = max(_rms(o, r) for o, r in zip(outs, inputs["ref"][mode][0], strict=True))
+                if worst > bound:
+                    return False, f"{mode} vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
+                said.append(f"vs torch RMS {worst:.3g} (bound {bound:.3g})")
+            return True, "; ".join(said)
+        return check
 
-    def check_conv(config: dict, inputs: dict) -> tuple[bool, str]:
-        outs, _ = rollout(inputs, "native", "", {CONV: config})
-        worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"]["native"], strict=True))
-        return worst <= bound, f"native vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
-
-    def check_precompute(config: dict, inputs: dict) -> tuple[bool, str]:
-        outs, _ = rollout(inputs, "replay", "precompute", {PRECOMPUTE: config})
-        worst = max(_rms(o, ref) for o, ref in zip(outs, inputs["ref"]["replay"], strict=True))
-        return worst <= bound, f"replay precompute vs torch backend RMS {worst:.3g} (bound {bound:.3g})"
-
-    key = {c: static_key(geom, cfg, c) for c in (STEP, CONV, PRECOMPUTE)}
-    jobs = [
-        TuneJob(STEP, key[STEP], batch, config_space(STEP, **dims), defaults[STEP], build,
-                {name: run_member(name, STEP) for name in members}, check_step, members=STEP_MEMBERS),
-        TuneJob(CONV, key[CONV], batch, config_space(CONV, **dims), defaults[CONV], build,
-                run_member("native-round", CONV), check_conv),
-    ]
-    if with_precompute:
-        jobs.append(TuneJob(PRECOMPUTE, key[PRECOMPUTE], batch, precompute_space(geom), dict(DEFAULT_PRECOMPUTE_CONFIG),
-                            build, run_member("replay-precompute-round", PRECOMPUTE), check_precompute))
+    jobs = []
+    for kernel in kernels_of(geom, cfg):
+        key = static_key(geom, cfg, kernel)
+        jobs.append(TuneJob(kernel, key, batch, config_space(kernel, **dims), default_config(kernel, **dims), build,
+                            run_kernel(kernel), check_kernel(kernel)))
     return jobs
 
 
-def precompute_space(geom: SSMGeometry) -> list[dict]:
-    """`replay-precompute` candidates: BV up to V (at least one 16-wide tile), warps that leave each
-    thread 4 to 128 values of the `[K, BV]` block."""
-    from kernels.ssm.replay_precompute import PRECOMPUTE_AXES
+def kernels_of(geom: SSMGeometry, cfg: StateConfig) -> list[str]:
+    """The kernels a case of this geometry and width launches: compact needs drafts; the precompute
+    forward needs tensor-core tiles."""
+    from kernels.ssm.replay_precompute import precompute_supported
 
-    bk = 1 << (geom.head_k_dim - 1).bit_length()
-    return [
-        {"BV": bv, "num_warps": nw, "num_stages": ns}
-        for bv in PRECOMPUTE_AXES["BV"] if bv <= max(16, 1 << (geom.head_v_dim - 1).bit_length())
-        for nw in PRECOMPUTE_AXES["num_warps"] if 4 <= bk * bv // (32 * nw) <= 128
-        for ns in PRECOMPUTE_AXES["num_stages"]
-    ]
+    kernels = ["native-verify", "conv", "replay-forward", "replay-fold"]
+    if cfg.drafts >= 1:
+        kernels += ["compact-verify", "compact-commit", "deferred-verify"]
+    if precompute_supported(geom.head_k_dim, geom.head_v_dim) is None:
+        kernels.append("replay-precompute")
+    return kernels
+
+
+def _rollout(geom: SSMGeometry, wl, cfg: StateConfig, mode: str, variant: str,
+             configs: dict[str, dict] | None) -> tuple[list[torch.Tensor], tuple]:
+    st, slots = _fresh(geom, wl, cfg, mode, variant, configs)
+    outs = [_round(st, slots, wl, r) for r in range(wl.rounds)]
+    return outs, st.snapshot(slots)
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def _fresh(geom: SSMGeometry, wl, cfg: StateConfig, mode: str, variant: str, configs: dict[str, dict] | None):

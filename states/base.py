@@ -28,7 +28,7 @@ from kernels.common.torch_ops import decay_from_log_gate, l2norm, split_qkv
 from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import gdn_gate, gdn_step
 from kernels.kda.naive import kda_gate, kda_step
-from kernels.ssm.configs import Config, check_config
+from kernels.ssm.configs import CONV, Config, check_config, default_configs
 from kernels.ssm.conv import causal_conv_update
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
@@ -197,9 +197,19 @@ class SSMState:
     def _allocate(self) -> None:
         raise NotImplementedError
 
+    # The triton kernels a pool of this mode and variant launches (kernels/ssm/configs.py), by name.
+    def kernels(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _default_kernel_configs(self) -> dict[str, Config]:
+        g = self.geom
+        return default_configs(self.kernels(), head_k_dim=g.head_k_dim, head_v_dim=g.head_v_dim, conv_dim=g.conv_dim)
+
     def set_kernel_configs(self, configs: dict[str, Config]) -> None:
-        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        self.kernel_configs = {**self.kernel_configs, **{c: check_config(c, cfg) for c, cfg in configs.items()}}
+        """Run the triton kernels with `configs` (kernel -> config; kernels not given keep theirs, kernels this
+        pool does not launch are ignored after their config is checked)."""
+        checked = {k: check_config(k, cfg) for k, cfg in configs.items()}
+        self.kernel_configs = {**self.kernel_configs, **{k: cfg for k, cfg in checked.items() if k in self.kernel_configs}}
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor the pool owns, by name (for footprints, poisoning and snapshots in tests)."""
@@ -453,11 +463,11 @@ class SSMState:
         """Conv of a round on the triton backend (advances the windows of `layer`, no host sync).
 
         Returns the conv outputs `[n * W, conv_dim]` in the activation dtype, written on valid rows.
-        The mode sets `self.kernel_configs` (config class -> config, kernels/ssm/configs.py).
+        The mode sets `self.kernel_configs` (kernel -> config, kernels/ssm/configs.py).
         """
         return causal_conv_update(
             inputs.mixed_qkv, self.conv[layer], self.conv_offset, self.params.conv_weight[layer],
-            rnd.slots, rnd.widths, rnd.cu_seqlens, self.kernel_configs["conv"],
+            rnd.slots, rnd.widths, rnd.cu_seqlens, self.kernel_configs[CONV],
         )
 
     def _step(self):

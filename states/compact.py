@@ -20,7 +20,7 @@ import torch
 
 from kernels.common.torch_ops import l2norm
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
-from kernels.ssm.configs import default_configs
+from kernels.ssm.configs import COMPACT_COMMIT, COMPACT_VERIFY, CONV, DEFERRED_VERIFY
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
@@ -50,8 +50,14 @@ class CompactState(SSMState):
         # that holds it; both stay put on idle rounds
         self.pending = torch.full((cap,), -1, dtype=torch.int32, device=dev)
         self.parity = torch.zeros(cap, dtype=torch.int32, device=dev)
-        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
-        self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
+        # triton launch configs by kernel (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = self._default_kernel_configs()
+
+    def kernels(self) -> tuple[str, ...]:
+        return (self._verify_kernel(), COMPACT_COMMIT, CONV)
+
+    def _verify_kernel(self) -> str:
+        return DEFERRED_VERIFY if self.cfg.mode_variant == "deferred" else COMPACT_VERIFY
 
     @staticmethod
     def halves(cfg: StateConfig) -> int:
@@ -139,7 +145,7 @@ class CompactState(SSMState):
         return compact_verify(
             self._kernel_pool(), layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b,
             p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
-            self.kernel_configs["step"], g.lower_bound,
+            self.kernel_configs[self._verify_kernel()], g.lower_bound,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
@@ -151,7 +157,7 @@ class CompactState(SSMState):
             return
         # accept: replay records `0..accepted[r]` into the state of every layer, one write per state
         if self.cfg.backend == "triton":
-            compact_commit(self._kernel_pool(), rnd.slots, accepted, self.kernel_configs["step"])
+            compact_commit(self._kernel_pool(), rnd.slots, accepted, self.kernel_configs[COMPACT_COMMIT])
             return
         sd = self.cfg.state_dtype
         active = rnd.widths > 0
@@ -170,7 +176,7 @@ class CompactState(SSMState):
             g = self.geom
             out = torch.empty(slots.shape[0], g.layers, g.value_heads, g.head_k_dim, g.head_v_dim,
                               dtype=self.cfg.state_dtype, device=slots.device)
-            compact_commit(self._kernel_pool(), slots, last, self.kernel_configs["step"], dst=out)
+            compact_commit(self._kernel_pool(), slots, last, self.kernel_configs[COMPACT_COMMIT], dst=out)
             return out
         layers = [self._replay_records(layer, slots, self.ssm[layer, slots].float(), last, half).to(self.cfg.state_dtype)
                   for layer in range(self.geom.layers)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.ssm.configs import default_configs
+from kernels.ssm.configs import CONV, NATIVE_VERIFY
 from kernels.ssm.native import native_verify
 from states.base import Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
@@ -26,8 +26,11 @@ class NativeState(SSMState):
             g.layers, cfg.max_requests, cfg.drafts + 1, g.value_heads, g.head_k_dim, g.head_v_dim,
             dtype=cfg.state_dtype, device=cfg.device,
         )
-        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
-        self.kernel_configs = default_configs(head_k_dim=g.head_k_dim, head_v_dim=g.head_v_dim, conv_dim=g.conv_dim)
+        # triton launch configs by kernel (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = self._default_kernel_configs()
+
+    def kernels(self) -> tuple[str, ...]:
+        return (NATIVE_VERIFY, CONV)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {**super()._pool_tensors(), "ssm": self.ssm}
@@ -62,7 +65,7 @@ class NativeState(SSMState):
         return native_verify(
             self.ssm, layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b, p.A_log[layer],
             p.dt_bias[layer], self.conv_offset, rnd.slots, rnd.widths, rnd.cu_seqlens,
-            self.kernel_configs["step"], g.lower_bound,
+            self.kernel_configs[NATIVE_VERIFY], g.lower_bound,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:

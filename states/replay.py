@@ -19,28 +19,22 @@ from __future__ import annotations
 import torch
 
 from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, seq_sum
-from kernels.ssm.configs import STEP, Config, check_config, default_configs
+from kernels.ssm.configs import CONV, REPLAY_FOLD, REPLAY_FORWARD, REPLAY_PRECOMPUTE
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
-from kernels.ssm.replay_precompute import (
-    DEFAULT_PRECOMPUTE_CONFIG,
-    REPLAY_PRECOMPUTE,
-    check_precompute_config,
-    precompute_supported,
-    replay_precompute_forward,
-)
+from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
 from states.base import DTYPE_NAMES, Round, SSMState, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
 
 class ReplayState(SSMState):
-    """Replay pool. On the triton backend `kernel_configs` holds `{config class: config}` for `step`
-    (the inline forward and every fold, which must run native's block shape), `replay-precompute`
-    (the precompute forward) and `conv`.
+    """Replay pool. On the triton backend `kernel_configs` holds `{kernel: config}` for the forward
+    (`replay-forward`, which folds inside, or `replay-precompute`), `replay-fold` (snapshots,
+    materialize, and the precompute variant's folds) and `conv`.
 
     Variants: `inline` folds inside each layer's forward; `precompute` runs the round's projections
-    on tensor cores with its own block shape, so a layer's folds run just before it in a fold launch
-    with the step config. The torch backend computes both with the same reference formula."""
+    on tensor cores, so a layer's folds run just before it in a fold launch. The torch backend
+    computes both with the same reference formula."""
 
     mode = "replay"
 
@@ -80,16 +74,12 @@ class ReplayState(SSMState):
         self.cursor = torch.zeros(cap, dtype=torch.int32, device=dev)  # slot -> phase * 2Lh + count
         self._pool = ReplayPool(self.ssm, self.hist_k, self.hist_d, self.hist_g, self.raw_k, self.raw_v,
                                 self.raw_beta, self.cursor)
-        # triton launch configs by class (kernels/ssm/configs.py); the autotuner replaces them
-        self.kernel_configs = default_configs(head_k_dim=K, head_v_dim=V, conv_dim=g.conv_dim)
-        if cfg.mode_variant == "precompute":
-            self.kernel_configs[REPLAY_PRECOMPUTE] = dict(DEFAULT_PRECOMPUTE_CONFIG)
+        # triton launch configs by kernel (kernels/ssm/configs.py); the autotuner replaces them
+        self.kernel_configs = self._default_kernel_configs()
 
-    def set_kernel_configs(self, configs: dict[str, Config]) -> None:
-        """Run the triton kernels with `configs` (config class -> config; classes not given keep theirs)."""
-        checked = {c: check_precompute_config(cfg) if c == REPLAY_PRECOMPUTE else check_config(c, cfg)
-                   for c, cfg in configs.items()}
-        self.kernel_configs = {**self.kernel_configs, **checked}
+    def kernels(self) -> tuple[str, ...]:
+        forward = REPLAY_PRECOMPUTE if self.cfg.mode_variant == "precompute" else REPLAY_FORWARD
+        return (forward, REPLAY_FOLD, CONV)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -156,7 +146,7 @@ class ReplayState(SSMState):
         self._flip(slots)
 
     def _fold_triton(self, slots: torch.Tensor) -> None:
-        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[STEP])
+        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[REPLAY_FOLD])
         self._flip(slots)
 
     def _flip(self, slots: torch.Tensor) -> None:
@@ -234,14 +224,14 @@ class ReplayState(SSMState):
         p, g = self.params, self.geom
         qkv = self._conv_triton(layer, inputs, rnd)
         if self.cfg.mode_variant == "precompute":
-            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[STEP], layer=layer)
+            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[REPLAY_FOLD], layer=layer)
             return replay_precompute_forward(
                 self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
                 rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
             )
         return replay_forward(
             self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
-            rnd.cu_seqlens, self._fold_from, self.kernel_configs[STEP], g.lower_bound,
+            rnd.cu_seqlens, self._fold_from, self.kernel_configs[REPLAY_FORWARD], g.lower_bound,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
@@ -259,7 +249,7 @@ class ReplayState(SSMState):
         g = self.geom
         out = torch.empty(slots.shape[0], g.layers, g.value_heads, g.head_k_dim, g.head_v_dim,
                           dtype=self.cfg.state_dtype, device=slots.device)
-        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[STEP], dst=out)
+        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[REPLAY_FOLD], dst=out)
         return out
 
     def _load_ssm(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from kernels.common.triton_cpu import interpreting
 from kernels.conv.naive import causal_conv
-from kernels.ssm.configs import CONFIG_CLASSES, CONV, STEP, check_config, config_space, default_config, default_configs
+from kernels.ssm.configs import CONV, KERNELS, NATIVE_VERIFY, check_config, config_space, default_config, default_configs
 from kernels.ssm.conv import causal_conv_update
 
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
@@ -110,24 +110,29 @@ def test_conv_rejects_bad_shapes():
 @pytest.mark.parametrize("dims", [(16, 16, 128), (128, 128, 6144), (100, 60, 1000)])
 def test_config_spaces_hold_their_defaults(dims):
     K, V, conv_dim = dims
-    for config_class in CONFIG_CLASSES:
-        space = config_space(config_class, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
-        assert space and all(check_config(config_class, c) == c for c in space)
-        assert default_config(config_class, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim) in space
-    step = config_space(STEP, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
+    for kernel in KERNELS:
+        space = config_space(kernel, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
+        assert space and all(check_config(kernel, c) == c for c in space)
+        assert default_config(kernel, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim) in space
+    step = config_space(NATIVE_VERIFY, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)
     assert max(c["BV"] for c in step) <= max(8, 1 << (V - 1).bit_length()), "BV must be capped by V"
-    assert set(default_configs(head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)) == set(CONFIG_CLASSES)
+    assert set(default_configs(KERNELS, head_k_dim=K, head_v_dim=V, conv_dim=conv_dim)) == set(KERNELS)
 
 
-def test_real_geometry_default_is_fla_kda_block():
-    assert default_config(STEP, head_k_dim=128, head_v_dim=128, conv_dim=8192) == {"BV": 32, "num_warps": 4,
-                                                                                 "num_stages": 1}
+def test_model_geometry_defaults_are_the_measured_best_configs():
+    """At Qwen3-Next shape each kernel's untuned default is its fastest config on the H200
+    (results/reference/h200-2026-12-03/kernels-fma): native and replay forward BV 64 on 2 warps,
+    compact verify BV 32 on one warp, commit and deferred verify BV 16 on one warp."""
+    dims = {"head_k_dim": 128, "head_v_dim": 128, "conv_dim": 8192}
+    assert default_config(NATIVE_VERIFY, **dims) == {"BV": 64, "num_warps": 2, "num_stages": 1}
+    assert default_config("compact-verify", **dims) == {"BV": 32, "num_warps": 1, "num_stages": 1}
+    assert default_config("compact-commit", **dims) == {"BV": 16, "num_warps": 1, "num_stages": 1}
 
 
-def test_check_config_rejects_unknown_class_and_values():
-    with pytest.raises(ValueError, match="unknown kernel config class"):
-        check_config("fold", {"BV": 8, "num_warps": 1, "num_stages": 1})
+def test_check_config_rejects_unknown_kernels_and_values():
+    with pytest.raises(ValueError, match="unknown SSM kernel 'step'"):
+        check_config("step", {"BV": 8, "num_warps": 1, "num_stages": 1})
     with pytest.raises(ValueError, match="must set exactly"):
-        check_config(STEP, {"BV": 8, "num_warps": 1})
+        check_config(NATIVE_VERIFY, {"BV": 8, "num_warps": 1})
     with pytest.raises(ValueError, match="BV=12"):
-        check_config(STEP, {"BV": 12, "num_warps": 1, "num_stages": 1})
+        check_config(NATIVE_VERIFY, {"BV": 12, "num_warps": 1, "num_stages": 1})

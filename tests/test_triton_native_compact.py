@@ -28,7 +28,7 @@ from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
-from kernels.ssm.configs import STEP, default_config
+from kernels.ssm.configs import NATIVE_VERIFY, default_config, for_step_kernels
 from kernels.ssm.native import native_verify
 from states import StateConfig, make_state
 from states.params import TokenInputs, make_params, make_token_inputs
@@ -41,9 +41,11 @@ DRAFTS, CAP = 3, 5
 W = DRAFTS + 1
 TORCH_RMS = {torch.float32: 1e-5, torch.bfloat16: 2e-3}
 BF16_REF_RMS = 5e-3  # bf16 state rounds every token: measured <= 2.3e-3 per round on these shapes
-SMALL_BLOCKS = {"step": {"BV": 8, "num_warps": 1, "num_stages": 1}, "conv": {"BC": 32, "num_warps": 1, "num_stages": 1}}
+SMALL_STEP = {"BV": 8, "num_warps": 1, "num_stages": 1}
+SMALL_BLOCKS = {**for_step_kernels(SMALL_STEP), "conv": {"BC": 32, "num_warps": 1, "num_stages": 1}}
 # another layout of the state block (one V block over two warps): the bitwise contracts hold across configs
-WIDE_BLOCKS = {"step": {"BV": 16, "num_warps": 2, "num_stages": 1}, "conv": {"BC": 64, "num_warps": 2, "num_stages": 1}}
+WIDE_BLOCKS = {**for_step_kernels({"BV": 16, "num_warps": 2, "num_stages": 1}),
+               "conv": {"BC": 64, "num_warps": 2, "num_stages": 1}}
 
 # (widths, accepted) per round for 3 batch rows, -1 marking an idle row: a fixed-width round, then
 # dynamic ones with idle rows first, in the middle and last; all, none and some drafts accepted
@@ -239,7 +241,7 @@ def test_outputs_into_poisoned_buffer(family, mode):
     offset = torch.randint(0, W, (CAP,), dtype=torch.int32, generator=gen).to(DEVICE)
     native_pool = torch.randn(L, CAP, W, HV, K, V, generator=gen).to(DEVICE)
     compact_ssm = native_pool[:, :, 0].contiguous()
-    config = SMALL_BLOCKS["step"]
+    config = SMALL_STEP
 
     def run(out: torch.Tensor) -> torch.Tensor:  # on a fresh copy of the pool: native overwrites snapshots
         if mode == "native":
@@ -274,7 +276,7 @@ def test_commit_skips_idle_rows_and_covers_every_layer():
     before = pool.ssm.clone()
     slots = torch.tensor([1, 3], device=DEVICE)
     compact_commit(pool, slots, torch.tensor([-1, 0], dtype=torch.int32, device=DEVICE), default_config(
-        STEP, head_k_dim=K, head_v_dim=V, conv_dim=geom.conv_dim))
+        NATIVE_VERIFY, head_k_dim=K, head_v_dim=V, conv_dim=geom.conv_dim))
     assert torch.equal(_bytes(pool.ssm[:, [0, 1, 2, 4]]), _bytes(before[:, [0, 1, 2, 4]])), "an idle row was written"
     for layer in range(L):
         assert not torch.equal(pool.ssm[layer, 3], before[layer, 3]), f"layer {layer} was not committed"
@@ -286,7 +288,7 @@ def test_launchers_reject_bad_inputs():
     HV, K, V = geom.value_heads, geom.head_k_dim, geom.head_v_dim
     ssm = torch.zeros(2, CAP, W, HV, K, V, device=DEVICE)
     offset = torch.zeros(CAP, dtype=torch.int32, device=DEVICE)
-    config = SMALL_BLOCKS["step"]
+    config = SMALL_STEP
     with pytest.raises(ValueError, match="inputs|shape"):
         native_verify(ssm, 0, qkv, a[:, :1], b, A_log, dt_bias, offset, slots, widths_t, cu, config)
     with pytest.raises(ValueError, match="out"):
@@ -302,7 +304,7 @@ def test_launchers_reject_bad_inputs():
                     torch.zeros(L, CAP, HV, W), torch.zeros(L, CAP, HV, W))
     state = make_state(geom, make_params(geom, torch.bfloat16, gen),
                        StateConfig(mode="native", max_requests=2, drafts=1, backend="triton", device=DEVICE))
-    with pytest.raises(ValueError, match="unknown kernel config class"):
+    with pytest.raises(ValueError, match="unknown SSM kernel"):
         state.set_kernel_configs({"stepp": config})
 
 
@@ -329,7 +331,7 @@ def test_pool_above_int32_offsets():
     dt_bias = torch.zeros(HV, device=DEVICE)
     widths = torch.tensor([W], dtype=torch.int32, device=DEVICE)
     cu = torch.tensor([0, W], dtype=torch.int32, device=DEVICE)
-    config = default_config(STEP, head_k_dim=K, head_v_dim=V, conv_dim=geom.conv_dim)
+    config = default_config(NATIVE_VERIFY, head_k_dim=K, head_v_dim=V, conv_dim=geom.conv_dim)
     off_big = torch.zeros(cap, dtype=torch.int32, device=DEVICE)
     off_big[cap - 1] = 1
     off_small = torch.ones(1, dtype=torch.int32, device=DEVICE)

@@ -18,6 +18,7 @@ import states.replay as replay_state
 from kernels.common.triton_cpu import interpreting
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
+from kernels.ssm.configs import for_step_kernels
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward
 from kernels.ssm.replay_precompute import replay_precompute_forward
 from states import make_state
@@ -98,7 +99,7 @@ def _build(preset: str, mode: str, backend: str, state_dtype: torch.dtype, histo
                       history_len=LH, history_dtype=history_dtype, variant=variant, backend=backend, device=DEVICE)
     state = make_state(geom, params, cfg)
     if backend == "triton":
-        state.set_kernel_configs({"step": step})
+        state.set_kernel_configs(for_step_kernels(step))
     state.alloc(CAPACITY - len(FREE))
     return state
 
@@ -333,8 +334,8 @@ def test_bad_options_are_rejected_and_change_nothing() -> None:
     state = _build("tiny-gdn", "replay", "triton", torch.float32, torch.float32, 5)
     with pytest.raises(ValueError, match="unknown replay variant"):
         ReplayState(state.geom, state.params, replace(state.cfg, variant="sometimes"))
-    with pytest.raises(ValueError, match="step config"):
-        state.set_kernel_configs({"step": {"BV": 12, "num_warps": 1, "num_stages": 1}})
+    with pytest.raises(ValueError, match="replay-forward config BV=12"):
+        state.set_kernel_configs({"replay-forward": {"BV": 12, "num_warps": 1, "num_stages": 1}})
     cursor = state.cursor.clone()
     state.begin_round(torch.tensor(ROWS), [W] * len(ROWS))
     with pytest.raises(ValueError, match="during a round"):

@@ -16,8 +16,9 @@ every token) minus the state stores, plus the records. The `accept` variant comm
 for every layer and request that replays records `0 .. accepted[r]` and writes each state once. The
 `deferred` variant's verify first replays the pending records of its layer onto the state block it
 loaded (`replay_records`), stores the state once, then verifies the new tokens from the same
-registers, writing their records into the other half. Every kernel runs with the `step` config of
-native verify and fp fusion off, so committed states and outputs equal native's bit for bit.
+registers, writing their records into the other half. Every kernel runs with fp fusion off and the
+step's fixed-order reductions, so committed states and outputs equal native's bit for bit whatever
+config each kernel runs with.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.configs import Config
+from kernels.ssm.configs import COMPACT_COMMIT, COMPACT_VERIFY, DEFERRED_VERIFY, Config
 from kernels.ssm.native import check_verify_inputs, head_gate_params, step_launch_options, zero_padding_rows
-from kernels.ssm.step import delta_step, l2norm, load_token, prepare_token, round_to, step_output
+from kernels.ssm.step import decay_column, delta_step, l2norm, load_token, prepare_token, round_to, step_output
 
 
 @dataclass(frozen=True)
@@ -97,21 +98,20 @@ def replay_records(b_h, rec_k, rec_v, rec_decay, rec_beta, row, i_h, i_hv, base,
     """`b_h` (fp32 `[BK, BV]`) advanced through record positions `base + 0 .. base + last` of pool row
     `row` (int64) and value head `i_hv`, rounding to the state dtype after every token as native does;
     `last = -1` leaves it unchanged. Each record's step inputs are built exactly as verify built them:
-    `l2norm` of raw k in fp32, raw v in fp32, the stored `exp(g)` and beta."""
+    `l2norm` of raw k in fp32, raw v in fp32, the stored `exp(g)` and beta. The loop runs `last + 1`
+    times (a row's accepted tokens, not W: geometric acceptance keeps about 2.7 of 4), loading record
+    t + 1 before stepping through record t."""
     GW: tl.constexpr = K if IS_KDA else 1
     p_rk = rec_k + (row * H + i_h) * P * K
     p_rh = (row * HV + i_hv) * P  # (row, head) of rec_v / rec_decay / rec_beta, in records
     n_k, n_v, n_d, n_b = _load_record(p_rk, rec_v, rec_decay, rec_beta, p_rh, base, 0 <= last, o_k, m_k, o_v, m_v,
                                       K, V, GW, IS_KDA)
-    for t in tl.static_range(W):
+    for t in range(0, last + 1):
         c_k, c_v, c_d, c_b = n_k, n_v, n_d, n_b
-        if t + 1 < W:
-            n_k, n_v, n_d, n_b = _load_record(p_rk, rec_v, rec_decay, rec_beta, p_rh, base + t + 1, t + 1 <= last,
-                                              o_k, m_k, o_v, m_v, K, V, GW, IS_KDA)
-        if IS_KDA:
-            c_d = c_d[:, None]
-        b_new = delta_step(b_h, l2norm(c_k.to(tl.float32)), c_v.to(tl.float32), c_d, c_b)
-        b_h = tl.where(t <= last, round_to(b_new, STATE_DTYPE).to(tl.float32), b_h)
+        n_k, n_v, n_d, n_b = _load_record(p_rk, rec_v, rec_decay, rec_beta, p_rh, base + t + 1, t + 1 <= last,
+                                          o_k, m_k, o_v, m_v, K, V, GW, IS_KDA)
+        b_h = round_to(delta_step(b_h, l2norm(c_k.to(tl.float32)), c_v.to(tl.float32), decay_column(c_d, IS_KDA),
+                                  c_b), STATE_DTYPE).to(tl.float32)
     return b_h
 
 
@@ -262,7 +262,7 @@ def compact_verify(
         slots: `[n]` int64                     # slot: [batch row] -> pool row (distinct)
         widths: `[n]` int32, tokens of each row (0 = idle: its pending records wait).
         cu_seqlens: `[n + 1]` int32            # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
-        config: the `step` config (the one native verify and compact commit use).
+        config: the `compact-verify` config (`deferred-verify` for a deferred pool).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
 
@@ -276,7 +276,7 @@ def compact_verify(
     if is_kda != pool.is_kda:
         raise ValueError(f"gate input of rank {a.dim()} does not match the pool's rec_decay "
                          f"{tuple(pool.rec_decay.shape)}")
-    BV, opts = step_launch_options(config, V)
+    BV, opts = step_launch_options(DEFERRED_VERIFY if pool.deferred else COMPACT_VERIFY, config, V)
     n = slots.shape[0]
     bookkeeping = (pool.pending, pool.parity) if pool.deferred else (slots, slots)  # unread when not deferred
     compact_verify_kernel[(triton.cdiv(V, BV) * n * HV,)](
@@ -297,7 +297,7 @@ def compact_commit(pool: CompactPool, slots: torch.Tensor, last_token: torch.Ten
         slots: `[n]` int64                     # slot: [batch row] -> pool row (distinct)
         last_token: `[n]` int32, last kept token of each row; -1 for a row with nothing to replay. The
             accept variant's commit passes the round's `accepted`; a deferred snapshot passes `pending`.
-        config: the `step` config of the round's verify.
+        config: the `compact-commit` config.
         dst: None to commit in place, or a contiguous `[n, L, HV, K, V]` in the state dtype that
             receives every row's committed state (a non-mutating snapshot).
     """
@@ -311,7 +311,7 @@ def compact_commit(pool: CompactPool, slots: torch.Tensor, last_token: torch.Ten
                          f"{(n, L, HV, K, V)} {pool.ssm.dtype}")
     if n == 0:
         return
-    BV, opts = step_launch_options(config, V)
+    BV, opts = step_launch_options(COMPACT_COMMIT, config, V)
     target = pool.ssm if dst is None else dst
     strides = (0, 0) if dst is None else (dst.stride(0), dst.stride(1))
     compact_commit_kernel[(triton.cdiv(V, BV) * n * HV, L)](

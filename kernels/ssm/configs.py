@@ -1,14 +1,22 @@
-"""Launch configs of the SSM-state Triton kernels, by config class (SPEC §2, §8).
+"""Launch configs of the SSM-state Triton kernels, one per kernel (SPEC §2, §8).
 
-A config class is a set of kernels that must run with one config because the config is part of the
-numerics: `step` (BV, num_warps, num_stages) is shared by native verify, compact verify and commit,
-and the replay forward (which folds inside) and fold/materialize, since BV and the warp layout set
-the reduction tree of the `tl.sum` in `delta_step`, and the bitwise contracts between modes need the
-same tree. `conv` (BC, num_warps, num_stages) is the conv kernel's own: its arithmetic is per
-channel, so any config gives the same bits.
+Every kernel has its own config, tuned on its own time: the token step's arithmetic does not depend on
+the launch config (its K reductions run in a fixed order, `kdot` in kernels/ssm/step.py), so native
+verify on one config and compact verify, commit or the replay fold on another still produce the same
+bits (measured on an H200: tests/test_triton_native_compact.py and test_triton_replay.py run the modes
+on different configs). Kernels, by the name used in code, caches and result columns:
+
+    native-verify      native verify (W = 1 + drafts) and decode (W = 1): the static key's W tells them apart
+    compact-verify     compact verify, accept variant (reads the state, writes records)
+    deferred-verify    compact verify, deferred variant (applies the pending records, writes the state, verifies)
+    compact-commit     compact commit (all layers in one launch; also the deferred snapshot)
+    replay-forward     replay inline forward (folds inside when a row's history is full)
+    replay-fold        replay fold of every layer (snapshot, materialize)
+    replay-precompute  replay precompute forward (tensor cores)
+    conv               causal depthwise conv
 
 A config is a plain dict (`{"BV": 32, "num_warps": 4, "num_stages": 1}`); the autotuner sweeps
-`config_space(...)` and a state pool falls back to `default_config(...)`.
+`config_space(kernel, ...)` and a state pool starts from `default_config(kernel, ...)`.
 """
 
 from __future__ import annotations
@@ -20,80 +28,106 @@ import triton
 
 Config = dict[str, Any]
 
-STEP = "step"
+NATIVE_VERIFY = "native-verify"
+COMPACT_VERIFY = "compact-verify"
+DEFERRED_VERIFY = "deferred-verify"
+COMPACT_COMMIT = "compact-commit"
+REPLAY_FORWARD = "replay-forward"
+REPLAY_FOLD = "replay-fold"
+REPLAY_PRECOMPUTE = "replay-precompute"
 CONV = "conv"
-CONFIG_CLASSES = (STEP, CONV)
 
 # num_stages is kept as an axis with one value: the token loops carry no async copies for the
 # pipeliner to stage (measured on an H200: identical TTGIR for 1, 2 and 3 stages), so sweeping it
 # only multiplied autotune time.
+_STEP_AXES = {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1,)}
 _AXES: dict[str, dict[str, tuple[int, ...]]] = {
-    STEP: {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1,)},
+    NATIVE_VERIFY: _STEP_AXES, COMPACT_VERIFY: _STEP_AXES, DEFERRED_VERIFY: _STEP_AXES,
+    COMPACT_COMMIT: _STEP_AXES, REPLAY_FORWARD: _STEP_AXES, REPLAY_FOLD: _STEP_AXES,
+    REPLAY_PRECOMPUTE: {"BV": (16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2)},
     CONV: {"BC": (32, 64, 128, 256, 512), "num_warps": (1, 2, 4, 8), "num_stages": (1,)},
+}
+KERNELS = tuple(_AXES)
+# the kernels that step the state token by token over a `[K, BV]` block (same axes)
+STEP_KERNELS = tuple(k for k, axes in _AXES.items() if axes is _STEP_AXES)
+
+# The untuned default of each kernel: its fastest config at Qwen3-Next shape, batch 128, W = 4, fp32
+# state on an H200 (results/reference/h200-2026-12-03/kernels-fma), used where the space has it.
+_PREFERRED: dict[str, Config] = {
+    NATIVE_VERIFY: {"BV": 64, "num_warps": 2, "num_stages": 1},
+    COMPACT_VERIFY: {"BV": 32, "num_warps": 1, "num_stages": 1},
+    DEFERRED_VERIFY: {"BV": 16, "num_warps": 1, "num_stages": 1},
+    COMPACT_COMMIT: {"BV": 16, "num_warps": 1, "num_stages": 1},
+    REPLAY_FORWARD: {"BV": 64, "num_warps": 2, "num_stages": 1},
+    REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
+    REPLAY_PRECOMPUTE: {"BV": 32, "num_warps": 2, "num_stages": 1},
+    CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
 # leaves lanes idle, more than 128 spills registers (the block is carried across the token loop).
 _MIN_PER_THREAD, _MAX_PER_THREAD = 4, 128
 
 
-def _check_class(config_class: str) -> None:
-    if config_class not in CONFIG_CLASSES:
-        raise ValueError(f"unknown kernel config class {config_class!r}; choose one of {', '.join(CONFIG_CLASSES)}")
+def _check_kernel(kernel: str) -> None:
+    if kernel not in _AXES:
+        raise ValueError(f"unknown SSM kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
 
 
-def _keep(config_class: str, config: Config, head_k_dim: int, head_v_dim: int, conv_dim: int) -> bool:
+def _keep(kernel: str, config: Config, head_k_dim: int, head_v_dim: int, conv_dim: int) -> bool:
     threads = 32 * config["num_warps"]
-    if config_class == STEP:
-        if config["BV"] > max(8, triton.next_power_of_2(head_v_dim)):
-            return False
-        per_thread = triton.next_power_of_2(head_k_dim) * config["BV"] / threads
-        return _MIN_PER_THREAD <= per_thread <= _MAX_PER_THREAD
-    if config["BC"] > max(32, triton.next_power_of_2(conv_dim)):
+    if kernel == CONV:
+        return config["BC"] <= max(32, triton.next_power_of_2(conv_dim)) and config["BC"] >= threads
+    widest = max(16 if kernel == REPLAY_PRECOMPUTE else 8, triton.next_power_of_2(head_v_dim))
+    if config["BV"] > widest:
         return False
-    return config["BC"] >= threads
+    per_thread = triton.next_power_of_2(head_k_dim) * config["BV"] / threads
+    return _MIN_PER_THREAD <= per_thread <= _MAX_PER_THREAD
 
 
-def config_space(config_class: str, *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> list[Config]:
-    """Candidate configs of `config_class` for one geometry (pruned, never empty).
+def config_space(kernel: str, *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> list[Config]:
+    """Candidate configs of `kernel` for one geometry (pruned, never empty).
 
     Args:
-        config_class: `step` or `conv`.
+        kernel: one of `KERNELS`.
         head_k_dim, head_v_dim: K and V of the state.
         conv_dim: channels of the conv (`2*H*K + HV*V`).
     """
-    _check_class(config_class)
-    axes = _AXES[config_class]
+    _check_kernel(kernel)
+    axes = _AXES[kernel]
     configs = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
-    kept = [c for c in configs if _keep(config_class, c, head_k_dim, head_v_dim, conv_dim)]
+    kept = [c for c in configs if _keep(kernel, c, head_k_dim, head_v_dim, conv_dim)]
     # Tiny shapes can prune everything; the smallest block with one warp always runs.
     return kept or [{**configs[0], "num_warps": 1}]
 
 
-def default_config(config_class: str, *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> Config:
-    """The config used when nothing is tuned: BV 32 with 4 warps (fla's fused_recurrent_kda choice;
-    BC 256 for the conv) when the space has it, else the space's largest block with the fewest warps."""
-    _check_class(config_class)
-    space = config_space(config_class, head_k_dim=head_k_dim, head_v_dim=head_v_dim, conv_dim=conv_dim)
-    preferred = {STEP: {"BV": 32, "num_warps": 4, "num_stages": 1}, CONV: {"BC": 256, "num_warps": 4, "num_stages": 1}}
-    if preferred[config_class] in space:
-        return dict(preferred[config_class])
-    block = "BV" if config_class == STEP else "BC"
+def default_config(kernel: str, *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> Config:
+    """The config used when nothing is tuned: the kernel's preferred config when the space has it,
+    else the space's largest block with the fewest warps."""
+    space = config_space(kernel, head_k_dim=head_k_dim, head_v_dim=head_v_dim, conv_dim=conv_dim)
+    if _PREFERRED[kernel] in space:
+        return dict(_PREFERRED[kernel])
+    block = "BC" if kernel == CONV else "BV"
     return dict(max(space, key=lambda c: (c[block], -c["num_warps"])))
 
 
-def default_configs(*, head_k_dim: int, head_v_dim: int, conv_dim: int) -> dict[str, Config]:
-    """`{config class: default config}` for every class (what a state pool starts with)."""
+def default_configs(kernels: tuple[str, ...], *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> dict[str, Config]:
+    """`{kernel: default config}` for the kernels a state pool launches."""
     dims = {"head_k_dim": head_k_dim, "head_v_dim": head_v_dim, "conv_dim": conv_dim}
-    return {c: default_config(c, **dims) for c in CONFIG_CLASSES}
+    return {k: default_config(k, **dims) for k in kernels}
 
 
-def check_config(config_class: str, config: Config) -> Config:
-    """A copy of `config` after checking it names exactly the class's axes with allowed values."""
-    _check_class(config_class)
-    axes = _AXES[config_class]
+def for_step_kernels(config: Config) -> dict[str, Config]:
+    """`{kernel: config}` giving every token-step kernel the same `config` (tests and sweeps)."""
+    return {k: dict(config) for k in STEP_KERNELS}
+
+
+def check_config(kernel: str, config: Config) -> Config:
+    """A copy of `config` after checking it names exactly the kernel's axes with allowed values."""
+    _check_kernel(kernel)
+    axes = _AXES[kernel]
     if set(config) != set(axes):
-        raise ValueError(f"{config_class} config {config} must set exactly {sorted(axes)}")
+        raise ValueError(f"{kernel} config {config} must set exactly {sorted(axes)}")
     for name, allowed in axes.items():
         if config[name] not in allowed:
-            raise ValueError(f"{config_class} config {name}={config[name]} not in {list(allowed)}")
+            raise ValueError(f"{kernel} config {name}={config[name]} not in {list(allowed)}")
     return dict(config)

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.configs import STEP, Config, check_config
+from kernels.ssm.configs import NATIVE_VERIFY, Config, check_config
 from kernels.ssm.step import (
     ENABLE_FP_FUSION,
     decay_of,
@@ -121,9 +121,9 @@ def check_verify_inputs(qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_l
     return is_kda, out
 
 
-def step_launch_options(config: Config, V: int) -> tuple[int, dict]:
-    """`(BV, launch kwargs)` of a `step` config: BV capped by V, fp fusion off (SPEC §2)."""
-    config = check_config(STEP, config)
+def step_launch_options(kernel: str, config: Config, V: int) -> tuple[int, dict]:
+    """`(BV, launch kwargs)` of a state kernel's config: BV capped by V, fp fusion off (SPEC §2)."""
+    config = check_config(kernel, config)
     opts = {"num_warps": config["num_warps"], "num_stages": config["num_stages"], "enable_fp_fusion": ENABLE_FP_FUSION}
     return min(config["BV"], triton.next_power_of_2(V)), opts
 
@@ -158,7 +158,7 @@ def native_verify(
         slots: `[n]` int64                     # slot: [batch row] -> pool row (distinct)
         widths: `[n]` int32, tokens of each row (0 = idle: nothing read or written but zero outputs).
         cu_seqlens: `[n + 1]` int32            # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
-        config: the `step` config (`BV`, `num_warps`, `num_stages`), shared with compact and replay.
+        config: the `native-verify` config (`BV`, `num_warps`, `num_stages`).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
 
@@ -170,7 +170,7 @@ def native_verify(
     if not ssm.is_contiguous() or not 0 <= layer < L:
         raise ValueError(f"native pool {tuple(ssm.shape)} must be contiguous and layer {layer} in [0, {L})")
     is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
-    BV, opts = step_launch_options(config, V)
+    BV, opts = step_launch_options(NATIVE_VERIFY, config, V)
     n = slots.shape[0]
     native_verify_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots, widths, cu_seqlens,

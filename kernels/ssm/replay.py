@@ -20,8 +20,7 @@ all rows). Nothing reads a host value after launch, so a round captures in one C
 
 Forward takes each token's q, k, v, log gate g and beta from the helpers native verify uses
 (`load_token`, `prepare_token`), so records hold the bits native steps with. Folds replay the raw
-records through `delta_step` (kernels/ssm/step.py) in fp32 with the `step` config's block shape and
-fp fusion off, `exp` of the stored fp32 log gate, and round once (`round_to`): with an fp32 state a
+records through `delta_step` (kernels/ssm/step.py) in fp32 with fp fusion off, `exp` of the stored fp32 log gate, and round once (`round_to`): with an fp32 state a
 fold equals native's per-token state bit for bit. Apart from a fold, forward never writes the
 checkpoint: with `G_t = sum_{i <= t} g_i` since the checkpoint it keeps the decayed keys
 `e^{G_t - G_j} * k_j` of every record in registers (from one running sum of the history's log gates,
@@ -38,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.configs import Config
+from kernels.ssm.configs import REPLAY_FOLD, REPLAY_FORWARD, Config
 from kernels.ssm.native import check_verify_inputs, head_gate_params, step_launch_options, zero_padding_rows
 from kernels.ssm.step import decay_of, delta_step, l2norm, load_token, prepare_token, project_token, round_to
 
@@ -227,16 +226,20 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
     b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_j[:, None] & m_k[None, :], other=0.0)
     b_dd = tl.load(p_hd + (base + o_j)[:, None] * V + o_v[None, :], mask=m_j[:, None] & m_v[None, :], other=0.0)
     b_kd, b_dd = b_kd.to(tl.float32), b_dd.to(tl.float32)
-    # record j is decayed by the gates of the records after it: e^{G_count - G_j}, G the running sum
+    # record j is decayed by the gates of the records after it: G_count - G_j = sum_{i > j} g_i, summed
+    # from the next record's gate on (a reverse cumsum of the gates shifted by one), not as a difference
+    # of two large running sums
+    m_n = (o_j + 1) < count
     if IS_KDA:
         b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_j[:, None] & m_k[None, :], other=0.0)
-        b_gt = tl.sum(b_hg, 0)
-        b_kd = b_kd * tl.exp(b_gt[None, :] - tl.cumsum(b_hg, 0))
+        b_hn = tl.load(p_hg + (base + o_j + 1)[:, None] * K + o_k[None, :], mask=m_n[:, None] & m_k[None, :],
+                       other=0.0)
+        b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
+        b_rel = tl.zeros([LH], dtype=tl.float32)  # unused: KDA keeps its keys decayed
     else:
         b_hg = tl.load(p_hg + base + o_j, mask=m_j, other=0.0)
-        b_gt = tl.sum(b_hg, 0)
-        b_kd = b_kd * tl.exp(b_gt - tl.cumsum(b_hg, 0))[:, None]
-    b_eg = tl.exp(b_gt)  # e^{G_now}: a scalar (GDN) or [BK] (KDA)
+        b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_n, other=0.0), 0, reverse=True)
+    b_eg = tl.exp(tl.sum(b_hg, 0))  # e^{G_now}: a scalar (GDN) or [BK] (KDA)
 
     # key-head records come from the first value head of each group; per-head scalars from V block 0
     w_k = m_k & (i_v == 0) & (i_hv % (HV // H) == 0)
@@ -248,8 +251,9 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
                                                  H, HV, K, V, IS_KDA)
         b_q, b_k, b_v, b_g, b_beta = prepare_token(c_q, c_k, c_v, c_a, c_b, b_A_log, b_bias, scale, lower_bound,
                                                    IS_KDA)
-        b_o, b_d, b_kh, b_kd, b_dd, b_eg = project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, tl.exp(b_g), b_beta,
-                                                         o_j == count + t, IS_KDA, hist_d.dtype.element_ty)
+        b_o, b_d, b_kh, b_kd, b_dd, b_rel, b_eg = project_token(b_s0, b_kd, b_dd, b_rel, b_eg, b_q, b_k, b_v, b_g,
+                                                                tl.exp(b_g), b_beta, o_j == count + t, IS_KDA,
+                                                                hist_d.dtype.element_ty)
         valid = t < w
         tl.store(out + ((bos + t) * HV + i_hv) * V + o_v, b_o, mask=m_v & valid)
 
@@ -306,8 +310,8 @@ def replay_fold(
         pool: the replay pool; only read unless `dst` is None.
         slots: `[n]` int64            # slot: [batch row] -> pool row (distinct)
         fold_from: `[n]` int32        # batch row -> cursor whose records to fold; -1 leaves the row alone
-        config: the `step` config (`BV`, `num_warps`, `num_stages`) of native verify, so the fold
-            equals native's state bit for bit.
+        config: the `replay-fold` config (`BV`, `num_warps`, `num_stages`); any config folds to
+            native's state bit for bit (the step's reductions have a fixed order).
         dst: None to write the checkpoint `pool.ssm` in place (materialize), or a
             contiguous `[n, L, HV, K, V]` in the state dtype to receive the folded states (snapshot).
         layer: fold this layer only (in place; the precompute forward folds layer by layer).
@@ -326,7 +330,7 @@ def replay_fold(
         stride_req, stride_layer = dst.stride(0), dst.stride(1)
     if layer is not None and (dst is not pool.ssm or not 0 <= layer < L):
         raise ValueError(f"a single-layer fold is in place, layer {layer} in [0, {L})")
-    BV, opts = step_launch_options(config, V)
+    BV, opts = step_launch_options(REPLAY_FOLD, config, V)
     layers = L if layer is None else 1
     if n:
         replay_fold_kernel[(triton.cdiv(V, BV), n, layers * HV)](
@@ -368,8 +372,8 @@ def replay_forward(
         widths: `[n]` int32           # tokens of each row (0 = idle)
         cu_seqlens: `[n + 1]` int32   # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
         fold_from: `[n]` int32        # batch row -> the cursor whose records this layer folds first, -1 none
-        config: the `step` config (`BV`, `num_warps`, `num_stages`): the fold in this launch must run
-            native's block shape to equal native's state bit for bit.
+        config: the `replay-forward` config (`BV`, `num_warps`, `num_stages`); the fold inside runs with
+            it too and still equals native's state bit for bit.
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
 
@@ -381,7 +385,7 @@ def replay_forward(
     W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
     if fold_from.shape != (n,):
         raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
-    BV, opts = step_launch_options(config, V)
+    BV, opts = step_launch_options(REPLAY_FORWARD, config, V)
     replay_forward_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,

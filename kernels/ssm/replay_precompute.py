@@ -15,9 +15,9 @@ the checkpoint, `Γ_t` its part inside the round, `E_t = e^{Γ_t}` and `e^{G_c}`
 products run in `tf32x3` (about fp32 accuracy): outputs are held to contract 2's tolerance against
 native, never to bitwise equality. What the records keep is bitwise what the inline forward keeps for
 the raw part (conv outputs, beta and the log gate from the same elementwise helpers), so folds (done
-before this kernel, with the `step` config) equal native's state bit for bit with fp32 state.
+before this kernel) equal native's state bit for bit with fp32 state.
 
-Config class `replay-precompute` (BV >= 16 and K >= 16, the smallest tensor-core tile).
+Config `replay-precompute` (BV >= 16 and K >= 16, the smallest tensor-core tile).
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.configs import Config
+from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
 from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay import ReplayPool, check_replay_round
 from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
 
-REPLAY_PRECOMPUTE = "replay-precompute"
-PRECOMPUTE_AXES = {"BV": (16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2)}
-DEFAULT_PRECOMPUTE_CONFIG = {"BV": 32, "num_warps": 4, "num_stages": 1}
 DOT_PRECISION: tl.constexpr = tl.constexpr("tf32x3")
 
 
@@ -174,16 +171,6 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
     zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
 
 
-def check_precompute_config(config: Config) -> Config:
-    """A copy of a `replay-precompute` config after checking its axes."""
-    if set(config) != set(PRECOMPUTE_AXES):
-        raise ValueError(f"{REPLAY_PRECOMPUTE} config {config} must set exactly {sorted(PRECOMPUTE_AXES)}")
-    for name, allowed in PRECOMPUTE_AXES.items():
-        if config[name] not in allowed:
-            raise ValueError(f"{REPLAY_PRECOMPUTE} config {name}={config[name]} not in {list(allowed)}")
-    return dict(config)
-
-
 def precompute_supported(K: int, V: int) -> str | None:
     """Why a geometry cannot run the precompute forward (tensor-core tiles are >= 16 wide), or None."""
     if K < 16 or V < 16:
@@ -233,7 +220,7 @@ def replay_precompute_forward(
     if why:
         raise ValueError(why)
     W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
-    config = check_precompute_config(config)
+    config = check_config(REPLAY_PRECOMPUTE, config)
     BV = min(config["BV"], max(16, triton.next_power_of_2(V)))
     replay_precompute_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,

@@ -174,7 +174,7 @@ def decay_column(b_e, IS_KDA: tl.constexpr):
 
 
 @triton.jit
-def project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, here, IS_KDA: tl.constexpr,
+def project_token(b_s0, b_kd, b_dd, b_rel, b_eg, b_q, b_k, b_v, b_g, b_e, b_beta, here, IS_KDA: tl.constexpr,
                   HIST_DTYPE: tl.constexpr):
     """One token's output from the round's start state instead of the stepped one (SPEC §3, the replay
     formula): with `G` the running sum of log gates since `b_s0`,
@@ -182,33 +182,46 @@ def project_token(b_s0, b_kd, b_dd, b_eg, b_q, b_k, b_v, b_e, b_beta, here, IS_K
         sk = S0^T (e^G * k) + sum_j ((e^{G - G_j} k_j) . k) d_j,   d = beta (v - sk),
         o  = S0^T (e^G * q) + sum_{j <= this} ((e^{G - G_j} k_j) . q) d_j.
 
-    Replay's inline forward takes its outputs from here. (Taking native's and compact's outputs from
-    here too, so compact verify would never step the state, was measured on an H200 and was slower:
-    compact verify 46.8% of the copy ceiling at best against 46.1% stepping, native 77% against 86%,
-    the `[W, K]` record registers costing more than the saved rank-1 updates.)
+    Replay's inline forward takes its outputs from here. The two checkpoint projections are `kdot`s
+    (FMAs); the record terms are `[J]` weights times `[J, BV]` values. GDN's gate is a scalar per
+    token, so record j's decay is the scalar `exp(G - G_j)`: the keys stay as recorded and `b_rel`
+    holds `G - G_j` per record (summed token by token, so a recent record's decay is exact to fp32 even
+    when G is large); KDA's gate is a `[K]` vector, so its keys are decayed in place by each `exp(g)`.
+
+    (Taking native's and compact's outputs from here too, so compact verify would never step the state,
+    was measured on an H200 and was slower: compact verify 46.8% of the copy ceiling at best against 46.1%
+    stepping, native 77% against 86%, the `[W, K]` record registers costing more than the saved updates.)
 
     Args:
-        b_s0: `[BK, BV]` fp32 start state; b_kd `[J, BK]` decayed keys and b_dd `[J, BV]` values of
-            the records so far (zero rows unused); b_eg: e^G, a scalar (GDN) or `[BK]` (KDA), 1 at
-            the start; b_q, b_k, b_v, b_beta: the token's step inputs; b_e: its `exp(g)` (scalar or
-            `[BK]`); here: `[J]` mask of the row this token's record goes to.
-        HIST_DTYPE: what records hold d and k in (replay's history dtype; fp32 otherwise).
+        b_s0: `[BK, BV]` fp32 start state; b_kd `[J, BK]` keys (KDA: decayed to now) and b_dd `[J, BV]`
+            values of the records so far (zero rows unused); b_rel: `[J]` `G - G_j` (GDN; unused for KDA);
+            b_eg: e^G, a scalar (GDN) or `[BK]` (KDA); b_q, b_k, b_v, b_beta: the token's step inputs;
+            b_g, b_e: its log gate and `exp(g)` (scalar or `[BK]`); here: `[J]` mask of the row this
+            token's record goes to.
+        HIST_DTYPE: what records hold d and k in (replay's history dtype).
 
     Returns:
-        `(o [BV], d [BV] in HIST_DTYPE, k [BK] in HIST_DTYPE, b_kd, b_dd, b_eg)` updated.
+        `(o [BV], d [BV] in HIST_DTYPE, k [BK] in HIST_DTYPE, b_kd, b_dd, b_rel, b_eg)` updated.
     """
     if IS_KDA:
         b_kd = b_kd * b_e[None, :]
+        b_wk = tl.sum(b_kd * b_k[None, :], 1)
     else:
-        b_kd = b_kd * b_e
+        b_rel = b_rel + b_g
+        b_fac = tl.exp(b_rel)
+        b_wk = tl.sum(b_kd * b_k[None, :], 1) * b_fac
     b_eg = b_eg * b_e
-    b_sk = tl.sum(b_s0 * (b_eg * b_k)[:, None], 0) + tl.sum(tl.sum(b_kd * b_k[None, :], 1)[:, None] * b_dd, 0)
+    b_sk = kdot(b_s0, b_eg * b_k) + tl.sum(b_wk[:, None] * b_dd, 0)
     b_d = round_to(b_beta * (b_v - b_sk), HIST_DTYPE)
     b_kh = round_to(b_k, HIST_DTYPE)
     b_kd = tl.where(here[:, None], b_kh.to(tl.float32)[None, :], b_kd)
     b_dd = tl.where(here[:, None], b_d.to(tl.float32)[None, :], b_dd)
-    b_o = tl.sum(b_s0 * (b_eg * b_q)[:, None], 0) + tl.sum(tl.sum(b_kd * b_q[None, :], 1)[:, None] * b_dd, 0)
-    return b_o, b_d, b_kh, b_kd, b_dd, b_eg
+    b_wq = tl.sum(b_kd * b_q[None, :], 1)
+    if not IS_KDA:
+        b_rel = tl.where(here, 0.0, b_rel)
+        b_wq = b_wq * tl.where(here, 1.0, b_fac)
+    b_o = kdot(b_s0, b_eg * b_q) + tl.sum(b_wq[:, None] * b_dd, 0)
+    return b_o, b_d, b_kh, b_kd, b_dd, b_rel, b_eg
 
 
 # The log gate of a token must have the same bits in every mode: native uses it in registers, compact

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The state-mode comparison on a CUDA box, in one command: per-kernel autotune of each preset (its wall
+# time recorded), then the harness's own rows with that cache (every mode and variant, the fla baseline),
+# and the same rows untuned (`--autotune off`) so a tuned row can be held against its untuned one.
+# Writes under $OUT: runs.tgz (the run directories, autotune runs included), cache.json (the tuned
+# configs), times.txt (wall seconds per step); prints each run's rows last.
+#
+# Usage: OUT=/tmp/m bash scripts/gpu_modes.sh
+#   CASES="qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"   (preset:batches:drafts; 0 = decode)
+#   UNTUNED=1 (also run every case with --autotune off)   ROUNDS=2
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-results/runs/modes}
+CASES=${CASES:-"qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"}
+UNTUNED=${UNTUNED:-1}
+ROUNDS=${ROUNDS:-2}
+RUNS=$(mktemp -d)
+CACHE="$OUT/cache.json"
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+times="$OUT/times.txt"
+: > "$times"
+step() {
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$RUNS/$name.json" 2> "$RUNS/$name.log" || echo "FAILED ($?): $name: $*"
+  echo "$name $((SECONDS - start)) s" | tee -a "$times"
+}
+
+for case in $CASES; do
+  IFS=: read -r preset batches drafts <<< "$case"
+  # tune the batch buckets of the rows (the W = 1 static key when drafts is 0: decode)
+  step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device cuda --preset "$preset" --batch "$batches" \
+    --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
+done
+for case in $CASES; do
+  IFS=: read -r preset batches drafts <<< "$case"
+  scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
+  [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
+  common=(--preset "$preset" --device cuda --backend triton,fla --batch "$batches" --state-dtype fp32
+          --rounds "$ROUNDS" --check-requests 8 --out "$RUNS" --json "${extra[@]}")
+  step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
+  if [ "$UNTUNED" = 1 ]; then
+    step "$scenario-$preset-b$batches-untuned" $PY -m harness run "$scenario" "${common[@]}" --autotune off
+  fi
+done
+tar -C "$RUNS" -czf "$OUT/runs.tgz" .
+for f in "$RUNS"/*-tuned.json "$RUNS"/*-untuned.json; do
+  [ -f "$f" ] || continue
+  echo "== $(basename "$f" .json)"
+  $PY - "$f" <<'EOF'
+import json, sys
+import pandas as pd
+run = json.load(open(sys.argv[1]))["run"]
+t = pd.read_csv(f"{run}/throughput.csv")
+t = t[t["status"].notna()]
+cols = [c for c in ("batch", "mode", "variant", "backend", "status", "median_us", "ceiling_pct", "config_source")
+        if c in t.columns]
+print(t[cols].to_string(index=False))
+EOF
+done
