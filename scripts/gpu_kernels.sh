@@ -8,7 +8,7 @@
 #
 # Usage: OUT=/tmp/k bash scripts/gpu_kernels.sh
 #   PRESET=qwen3-next BATCH=128 BV=16,32,64,128 WARPS=1,2,4,8 JOBS=12
-#   NCU="compact:16:1 deferred:16:1"   (bench kernel:BV:warps; empty to skip)
+#   NCU="compact-verify:32:1 deferred-verify:16:1"   (bench case:BV:warps; empty to skip)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,7 +16,7 @@ OUT=${OUT:-results/runs/kernels}
 PRESET=${PRESET:-qwen3-next}
 BATCH=${BATCH:-128}
 NCU_BIN=${NCU_BIN:-/usr/local/cuda/bin/ncu}
-NCU=${NCU-"compact:16:1 deferred:16:1 native:32:4"}
+NCU=${NCU-"compact-verify:32:1 deferred-verify:16:1 replay-forward:64:2"}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$OUT/gpu.txt"
@@ -32,11 +32,12 @@ $PY scripts/bench_kernels.py --preset "$PRESET" --batch "$BATCH" --bv "${BV:-16,
   --jobs "${JOBS:-12}" --out "$OUT/kernels.csv" > "$OUT/kernels.txt" 2> "$OUT/kernels.log"
 echo "== $((SECONDS - t0))s kernel sweep (rc $?)"
 
-regex_of() {  # bench kernel name -> Triton kernel name
+regex_of() {  # bench case -> Triton kernel name
   case "$1" in
-    native|decode) echo native_verify_kernel ;; compact|deferred) echo compact_verify_kernel ;;
-    commit) echo compact_commit_kernel ;; replay|replay-fold) echo replay_forward_kernel ;;
-    precompute) echo replay_precompute_kernel ;; conv) echo causal_conv ;; *) echo "$1" ;;
+    native-verify|decode) echo native_verify_kernel ;; compact-verify|deferred-verify) echo compact_verify_kernel ;;
+    compact-commit) echo compact_commit_kernel ;; replay-forward*) echo replay_forward_kernel ;;
+    replay-fold) echo replay_fold_kernel ;; replay-precompute) echo replay_precompute_kernel ;;
+    conv) echo causal_conv ;; *) echo "$1" ;;
   esac
 }
 for spec in $NCU; do
