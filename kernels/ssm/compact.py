@@ -129,7 +129,7 @@ def _load_record(p_rk, rec_v, rec_decay, rec_beta, p_rh, pos, valid, o_k, m_k, o
     return b_k, b_v, b_d, b_b
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "cap", "n"])
 def compact_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec_decay, rec_beta, pending, parity,
                           slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
@@ -191,7 +191,7 @@ def compact_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec
     zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["cap", "dst_stride_req", "dst_stride_layer"])
 def compact_commit_kernel(ssm, rec_k, rec_v, rec_decay, rec_beta, slots, last_token, parity, dst, cap,
                           dst_stride_req, dst_stride_layer,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,

@@ -53,7 +53,7 @@ def zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV: tl.co
         tl.store(out + ((pad + t) * HV + i_hv) * V + o_v, tl.zeros([BV], dtype=tl.float32), mask=m_v)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "cap", "n"])
 def native_verify_kernel(qkv, a, b, A_log, dt_bias, out, ssm, conv_offset, slots, widths, cu_seqlens,
                          layer, cap, n, scale, lower_bound,
                          H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,

@@ -132,7 +132,7 @@ def fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k
     return b_h
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])
 def replay_prepare_kernel(cursor, slots, widths, fold_from, n, P: tl.constexpr, BN: tl.constexpr):
     """Per batch row: fold iff `count + width > Lh`; `fold_from[r]` = the old cursor or -1; a folding
     row's cursor moves to the other half of the ring with count 0."""
@@ -146,7 +146,7 @@ def replay_prepare_kernel(cursor, slots, widths, fold_from, n, P: tl.constexpr, 
     tl.store(cursor + slot, (1 - cur // P) * P, mask=m_r & fold)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
 def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, dst, dst_index,
                        dst_stride_req, dst_stride_layer, cap, layer0,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr,
@@ -174,7 +174,7 @@ def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, ds
     tl.store(p_dst, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "cap", "n"])
 def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
                           ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
                           slots, widths, cu_seqlens, fold_from, layer, cap, n, scale, lower_bound,

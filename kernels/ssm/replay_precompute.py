@@ -52,7 +52,7 @@ def _l2norm_rows(b_x):
     return b_x / tl.sqrt(tl.sum(b_x * b_x, 1) + 1e-6)[:, None]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["layer", "cap", "n"])
 def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
                              ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
                              slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
