@@ -2,9 +2,14 @@
 
 import os
 
-# Must happen before triton or matplotlib is imported anywhere.
+# Must happen before torch, triton or matplotlib is imported anywhere.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One intra-op thread per test process (inherited by the processes tests start): the tensors here are tiny,
+# and `pytest -n 2` on 2 cores already keeps both busy. With torch's default of a thread per core, each
+# worker's OpenMP threads spin-wait for a core the other worker holds: measured on a loaded 2-core box,
+# tests/test_gate.py took 46 CPU seconds with the default and 8.5 with one thread.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Multi-config triton.autotune and triton.testing.do_bench need a benchmarker without a GPU; install it
 # before any module binds do_bench.
