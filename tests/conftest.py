@@ -1,4 +1,22 @@
-"""Test-wide set-up: Triton runs in its interpreter on CPU tensors, matplotlib renders off-screen."""
+"""Test-wide set-up: Triton runs in its interpreter on CPU tensors, matplotlib renders off-screen.
+
+Markers (declared in pyproject.toml) and what runs them:
+
+* no marker: the fast suite, what `pytest -q -n 2` (the README's second command, `make test`) runs. It
+  holds every contract of SPEC §5 at one small shape at least: the Triton kernels in the interpreter
+  (compact == native bit for bit, replay fold == native, untouched slots, the fp64 reference), the torch
+  backend, the CLI end to end, the page kernels and the gate's refusals.
+* `slow`: left out by default (pyproject's addopts hold `-m 'not slow'`); `pytest -n 2 -m slow`
+  (`make test-slow`) runs them, and .ci/run does after the fast suite. More shapes and families of the
+  interpreter kernel tests, the TP matrices in the interpreter, real presets and defaults end to end
+  (`harness run decode` as the README gives it), the SSM autotune, 4 processes and torchrun. A slow test
+  adds shapes or repeats a fast one at full size: no SPEC §5 contract is left to the slow tests alone.
+* `cuda`: needs a CUDA device with TRITON_INTERPRET=0; in the fast suite, where each one skips with its
+  reason on a CPU machine. `pytest -m cuda` runs them alone (scripts/gpu_gate.sh, `make gpu-gate`).
+
+A `-m` on the command line replaces the default one: `-m slow`, `-m cuda`, or `-m 'slow or not slow'` for
+everything.
+"""
 
 import os
 
