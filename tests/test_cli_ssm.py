@@ -16,6 +16,10 @@ from results.store import load_run
 
 runner = CliRunner()
 RUN_FILES = ["manifest.json", "throughput.csv", "equivalence.json", "equivalence.md", "autotune.jsonl", "oom.jsonl"]
+# What these tests check are rows, files and comparisons, not timings: few samples, and a replay history of
+# 4 so that replay's timed fold cycle (Lh / W rounds a sample) stays short. `--history-len` is a run option
+# like any other; the default Lh 16 runs in the slow test of the README command and in tests/test_notebook.py.
+LIGHT = ["--warmup", "0", "--rep", "2", "--history-len", "4"]
 
 
 def _invoke(args: list[str]):
@@ -28,8 +32,12 @@ def _single_run(out: Path) -> Path:
     return runs[0]
 
 
-def test_decode_default_run(tmp_path):
-    result = _invoke(["run", "decode", "--out", str(tmp_path), "--rounds", "16"])
+@pytest.mark.parametrize("options", [
+    pytest.param([], marks=pytest.mark.slow, id="the-readme-command"),  # `harness run decode`, every default
+    pytest.param(["--rounds", "4", *LIGHT], id="light"),
+])
+def test_decode_default_run(tmp_path, options):
+    result = _invoke(["run", "decode", "--out", str(tmp_path), *options])
     assert result.exit_code == 0, result.output
     run_dir = _single_run(tmp_path)
     for name in RUN_FILES:
@@ -47,7 +55,7 @@ def test_decode_default_run(tmp_path):
 @pytest.mark.parametrize("preset", ["tiny-kda", "tiny-gdn"])
 def test_mtp_fixed_writes_every_file_and_contracts_hold(tmp_path, preset):
     result = _invoke(["run", "mtp-fixed", "--preset", preset, "--drafts", "3", "--accept", "geometric:0.7",
-                      "--rounds", "8", "--out", str(tmp_path)])
+                      "--rounds", "8", *LIGHT, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     run = load_run(_single_run(tmp_path))
     assert set(run.throughput["status"]) == {"passed"}
@@ -64,7 +72,8 @@ def test_mtp_fixed_writes_every_file_and_contracts_hold(tmp_path, preset):
 
 
 def test_mtp_dynamic_and_json_output(tmp_path):
-    result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", "--out", str(tmp_path), "--json"])
+    result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", *LIGHT, "--out", str(tmp_path),
+                      "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # progress lines go to stderr: stdout stays machine-readable
     assert len(data["rows"]) == 10 and {r["batch"] for r in data["rows"]} == {2, 3}  # 5 variants x 2 batches
@@ -74,7 +83,7 @@ def test_trace_in_and_dump_out(tmp_path, make_trace):
     trace = make_trace(tmp_path / "in.trace")
     out, dump = tmp_path / "runs", tmp_path / "dump"
     result = _invoke(["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--dump", str(dump), "--out", str(out),
-                      "--snapshot-every", "3"])
+                      "--snapshot-every", "3", *LIGHT])
     assert result.exit_code == 0, result.output
     run = load_run(_single_run(out))
     assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
@@ -105,12 +114,12 @@ def test_list_and_report(tmp_path):
     data = json.loads(result.output)
     assert {s["name"] for s in data["scenarios"]} >= {"decode", "mtp-fixed", "mtp-dynamic"}
     assert "qwen3-next" in {p["name"] for p in data["presets"]}
-    _invoke(["run", "decode", "--rounds", "4", "--out", str(tmp_path)])
+    _invoke(["run", "decode", "--rounds", "4", *LIGHT, "--out", str(tmp_path)])
     report = _invoke(["report", str(_single_run(tmp_path)), "--markdown"])
     assert report.exit_code == 0 and "| batch |" in report.output
 
 
-@pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("state_dtype", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])
 def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     result = _invoke(["run", "checkpoint-restore", "--preset", "tiny-kda", "--state-dtype", state_dtype,
                       "--rounds", "7", "--history-len", "4", "--out", str(tmp_path)])

@@ -19,7 +19,7 @@ def _decays(preset: str, gates: str, seed: int) -> torch.Tensor:
     geom = get_preset(preset).ssm
     gen = torch.Generator().manual_seed(seed)
     p = make_params(geom, torch.bfloat16, gen, gates)
-    x = make_token_inputs(geom, 512, torch.bfloat16, gen, gates)
+    x = make_token_inputs(geom, 128, torch.bfloat16, gen, gates)  # the spread comes from the gate parameters
     out = []
     for layer in range(geom.layers):
         if geom.family == "gdn":
@@ -44,7 +44,7 @@ def test_long_memory_decays_stay_in_range_and_random_ones_do_not(preset):
 def test_run_takes_long_memory_gates_and_rejects_unknown_ones(tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["run", "decode", "--gates", "long-memory", "--rounds", "4", "--batch", "2",
-                             "--rep", "2", "--warmup", "0", "--out", str(tmp_path), "--json"])
+                             "--rep", "2", "--warmup", "0", "--history-len", "4", "--out", str(tmp_path), "--json"])
     assert ok.exit_code == 0, ok.output
     assert "--gates long-memory" in ok.output  # the repro command keeps it
     bad = runner.invoke(app, ["run", "decode", "--gates", "slow", "--out", str(tmp_path)])

@@ -5,18 +5,27 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.runner import run_scenario
 from results.drift import figure
 from results.store import load_run
 
+CASES = ["decode tiny-gdn, fp32 state, batch 1, 32 rounds, Lh 4, long-memory gates",
+         "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 4, long-memory gates"]
 
-def _long_decode(tmp_path):
+
+@pytest.fixture(scope="module")
+def long_decode(tmp_path_factory):
+    """One run for the whole module: two cases (so time is attributed per case) of 32 rounds, the shortest
+    rollout that gets a drift figure; Lh 4 keeps replay's timed fold cycle at 4 rounds instead of 16."""
     return run_scenario("decode", {"preset": "tiny-gdn", "batch": "1,2", "rounds": 32, "gates": "long-memory",
-                                   "rep": 2, "warmup": 0}, argv=["harness", "run", "decode"], out_root=tmp_path)
+                                   "history_len": 4, "rep": 2, "warmup": 0}, argv=["harness", "run", "decode"],
+                        out_root=tmp_path_factory.mktemp("runs"))
 
 
-def test_run_profile_counts_every_second_once(tmp_path):
-    outcome = _long_decode(tmp_path)
+def test_run_profile_counts_every_second_once(long_decode):
+    outcome = long_decode
     manifest = json.loads((outcome.path / "manifest.json").read_text())
     wall = manifest["wall_s"]
     for phase in ("imports", "setup", "reference", "rollout", "compare", "timing", "figures", "write", "total"):
@@ -24,18 +33,16 @@ def test_run_profile_counts_every_second_once(tmp_path):
     assert wall["rollout"] > 0 and wall["compare"] > 0 and wall["timing"] > 0 and wall["figures"] > 0
     parts = sum(v for k, v in wall.items() if k != "total")
     assert abs(parts - wall["total"]) <= 0.02 * wall["total"] + 0.05, wall  # each second counted once
-    cases = manifest["case_wall_s"]
-    assert set(cases) == {"decode tiny-gdn, fp32 state, batch 1, 32 rounds, Lh 16, long-memory gates",
-                          "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 16, long-memory gates"}
+    assert set(manifest["case_wall_s"]) == set(CASES)
 
 
-def test_long_rollouts_get_a_drift_figure(tmp_path):
-    outcome = _long_decode(tmp_path)
+def test_long_rollouts_get_a_drift_figure(long_decode):
+    outcome = long_decode
     drift = sorted(p.name for p in (outcome.path / "figures").glob("drift-*.png"))
-    assert drift == ["drift-decode-tiny-gdn-batch-1-32-rounds-lh-16-long-memory-gates.png",
-                     "drift-decode-tiny-gdn-batch-2-32-rounds-lh-16-long-memory-gates.png"]
+    assert drift == ["drift-decode-tiny-gdn-batch-1-32-rounds-lh-4-long-memory-gates.png",
+                     "drift-decode-tiny-gdn-batch-2-32-rounds-lh-4-long-memory-gates.png"]
     # one line per mode and state dtype in each panel, from the per-round series against fp64
-    batch2 = "decode tiny-gdn, fp32 state, batch 2, 32 rounds, Lh 16, long-memory gates"
+    batch2 = CASES[1]
     comps = [c for c in load_run(outcome.path).comparisons if c.case == batch2 and c.rhs == "fp64-reference"]
     fig = figure("decode", [("fp32", c) for c in comps])
     outputs, states = fig.axes

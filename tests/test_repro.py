@@ -17,10 +17,12 @@ from scenarios import SCENARIOS
 
 runner = CliRunner()
 FAST = ["--warmup", "0", "--rep", "2"]
-# One small run per scenario: (name, arguments); every distinct repro line of its rows is rerun.
+# One small run per scenario: (name, arguments); every distinct repro line of its rows is rerun. Replay is
+# timed over its fold cycle of Lh / W rounds a sample: Lh 4 keeps that short (decode's W = 1).
 RUNS = [
-    ("decode", ["--rounds", "2", "--batch", "3", "--check-requests", "2", "--seed", "7"]),
-    ("mtp-fixed", ["--rounds", "2", "--batch", "2", "--drafts", "1", "--accept", "all", "--state-dtype", "bf16"]),
+    ("decode", ["--rounds", "2", "--batch", "3", "--check-requests", "2", "--seed", "7", "--history-len", "4"]),
+    ("mtp-fixed", ["--rounds", "2", "--batch", "2", "--drafts", "1", "--accept", "all", "--state-dtype", "bf16",
+                   "--history-len", "4"]),
     ("mtp-dynamic", ["--rounds", "2", "--batch", "3", "--history-len", "4", "--modes", "native,replay"]),
     ("checkpoint-restore", ["--rounds", "3", "--batch", "2", "--drafts", "1", "--history-len", "4"]),
     ("cpu-page-restore", ["--page-size", "16", "--pages", "1", "--tp", "1,2", "--variant", "direct"]),
