@@ -4,6 +4,7 @@ transfers (scenarios/cpu_page_restore.py, pd_roundtrip.py, page_options.py, page
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -19,6 +20,7 @@ from harness.tune import run_autotune
 from kernels.pages import check_launch, default_launch
 from results.store import load_run
 from scenarios import page_tuning
+from states import presets
 from states.cpu_pages import CPUPagePool
 from states.presets import get_attn_preset
 
@@ -106,12 +108,27 @@ def test_pd_roundtrip_run(tmp_path):
     assert (run.path / "figures" / "pd-roundtrip-mla-page-bandwidth.png").stat().st_size > 5000
 
 
-def test_pd_roundtrip_replicated_gqa_heads(tmp_path):
+@pytest.fixture
+def tiny_gqa2(monkeypatch):
+    """tiny-gdn with Qwen3-Next's 2 KV heads: the same replication at a size whose state page is small."""
+    base = presets.PRESETS["tiny-gdn"]
+    attn = dataclasses.replace(base.attn, kv_heads=2)
+    monkeypatch.setitem(presets.PRESETS, "tiny-gqa2", dataclasses.replace(base, name="tiny-gqa2", attn=attn))
+
+
+@pytest.mark.parametrize("preset", [
+    "tiny-gqa2",
+    # the real preset: the state page of its 36 GDN layers takes most of the run's time
+    pytest.param("qwen3-next", marks=pytest.mark.slow),
+])
+def test_pd_roundtrip_replicated_gqa_heads(tmp_path, tiny_gqa2, preset):
     """Qwen3-Next has 2 KV heads: at TP 4 and 8 ranks replicate them and only one per head writes."""
-    run = _run(["pd-roundtrip", "--preset", "qwen3-next", "--tp-pairs", "8:2,1:4", "--page-tokens", "16",
+    run = _run(["pd-roundtrip", "--preset", preset, "--tp-pairs", "8:2,1:4", "--page-tokens", "16",
                 "--pages", "1"], tmp_path)
     kv = run.throughput[run.throughput["family"] == "gqa"].set_index(["tp_prefill", "direction"])["bytes_moved"]
-    one_page = 16 * 12 * 2 * 2 * 256 * 2  # tokens x layers x (K, V) x 2 heads x 256 x bf16
+    attn = presets.get_attn_preset(preset).attn
+    assert attn.kv_heads == 2
+    one_page = 16 * attn.layers * 2 * 2 * attn.head_dim * 2  # tokens x layers x (K, V) x 2 heads x D x bf16
     assert kv[(8, "export")] == kv[(1, "export")] == 2 * one_page  # two writers of 1 head each, or one of 2
     assert kv[(1, "import")] == 2 * 2 * one_page  # four ranks read one head each: every head twice
     assert all(c.passed for c in run.equivalence_report().comparisons)

@@ -87,9 +87,10 @@ def test_backends_match_oracle(shape, dtype, page_size, direction, variant):
 @pytest.mark.parametrize(
     "launch",
     [
-        {"programs": 1, "block_tokens": 4, "block_cols": 4, "num_warps": 1},
-        {"programs": 3, "block_tokens": 16, "block_cols": 64, "num_warps": 2},
-        {"programs": 64, "block_tokens": 1, "block_cols": 8},
+        {"programs": 1, "block_tokens": 4, "block_cols": 4, "num_warps": 1},  # one program strides over all
+        {"programs": 3, "block_tokens": 16, "block_cols": 64, "num_warps": 2},  # tiles wider than a row
+        # one-token tiles over many programs: the most tiles, so the interpreter's slowest (5 s a direction)
+        pytest.param({"programs": 64, "block_tokens": 1, "block_cols": 8}, marks=pytest.mark.slow),
     ],
 )
 def test_launch_parameters_do_not_change_bytes(direction, launch):

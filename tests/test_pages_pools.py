@@ -110,10 +110,20 @@ def _requests(gen, page_size):
     return [slots[:n0], slots[n0 : n0 + page_size]]
 
 
+def _matrix(backends):
+    """(family, *backend) cases of a TP matrix. The torch backend runs every family in the fast suite; the
+    Triton interpreter takes seconds per family, so the fast suite runs it on GQA with 2 KV heads (ranks
+    replicate heads there, the case with the most to get wrong) and the other families under `-m slow`.
+    The Triton kernels themselves are compared with a loop oracle at every shape in test_pages_kernels.py."""
+    return [pytest.param(family, *backend, id="-".join((family, *backend)),
+                         marks=[pytest.mark.slow] if backend[0] == "triton" and family != "gqa2" else [])
+            for family in GEOMETRIES for backend in backends]
+
+
 # The staged path differs from direct only on the host side (its device gather is the direct kernel,
 # compared with Triton in test_pages_kernels.py), so the TP matrix runs it on the torch backend.
-@pytest.mark.parametrize("backend, variant", [("torch", "direct"), ("torch", "staged"), ("triton", "direct")])
-@pytest.mark.parametrize("family", GEOMETRIES)
+@pytest.mark.parametrize("family, backend, variant", _matrix([("torch", "direct"), ("torch", "staged"),
+                                                              ("triton", "direct")]))
 def test_cpu_pages_every_tp_pair(family, backend, variant):
     geometry, gen = GEOMETRIES[family], torch.Generator().manual_seed(1)
     kv = global_kv(geometry, gen)
@@ -141,8 +151,7 @@ def test_cpu_pages_every_tp_pair(family, backend, variant):
             check_loaded(dst, kv, torch.cat(src_slots), torch.cat(dst_slots))
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
-@pytest.mark.parametrize("family", GEOMETRIES)
+@pytest.mark.parametrize("family, backend", _matrix([("torch",), ("triton",)]))
 def test_pd_pages_every_tp_pair(family, backend):
     geometry, gen = GEOMETRIES[family], torch.Generator().manual_seed(2)
     kv = global_kv(geometry, gen)

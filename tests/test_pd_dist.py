@@ -55,7 +55,9 @@ def expected_bytes(family: str, world: int, p: int, d: int) -> tuple[int, int]:
     return link, local
 
 
-@pytest.mark.parametrize("world", [2, 4])
+# 2 processes already have disjoint (1:1) and shared (1:2, 2:1, 2:2) placements; 4 processes on a 2-core
+# machine take as long again and add the TP 4 pairs: the slow suite runs them.
+@pytest.mark.parametrize("world", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_every_pair_the_processes_allow_is_byte_exact(tmp_path, world):
     run = _run(tmp_path, ["--nproc", str(world), "--preset", "tiny-gdn,tiny-kda"])
     df = run.throughput
@@ -143,6 +145,7 @@ def test_a_transfer_that_loses_a_byte_fails_the_run(tmp_path, monkeypatch):
     assert not any("prefill" in lhs for lhs, _, _ in failed)
 
 
+@pytest.mark.slow  # a third way to start the processes (torchrun's own launcher and rendezvous): 12 s
 def test_a_torchrun_launch(tmp_path):
     """Every process torchrun starts joins from the environment; rank 0 alone writes the run."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "harness",
