@@ -65,13 +65,18 @@ class Case:
                 f"bv{self.step_bv}-{self.variant}")
 
 
+# The fast suite runs one case per forward variant, both on KDA (2 value heads: half GDN's interpreter time):
+# fp32 state against the fp64 reference, dynamic widths with idle rows, a materialize, untouched slots.
+# The other four (GDN, bf16 state, fp32 history, two V blocks) take 8-12 s each and run under `-m slow`.
+SLOW = pytest.mark.slow
 CASES = [
-    Case("tiny-gdn", torch.float32, torch.float32, "fixed"),
-    Case("tiny-gdn", torch.bfloat16, torch.bfloat16, "dynamic", materialize_at=2),
+    pytest.param(Case("tiny-gdn", torch.float32, torch.float32, "fixed"), marks=SLOW),
+    pytest.param(Case("tiny-gdn", torch.bfloat16, torch.bfloat16, "dynamic", materialize_at=2), marks=SLOW),
     Case("tiny-kda", torch.float32, torch.bfloat16, "dynamic"),
-    Case("tiny-kda", torch.bfloat16, torch.float32, "fixed", step_bv=8, materialize_at=2),
+    pytest.param(Case("tiny-kda", torch.bfloat16, torch.float32, "fixed", step_bv=8, materialize_at=2), marks=SLOW),
     # precompute: tensor-core projections (tf32x3 on a GPU), folds by the step config (two V blocks)
-    Case("tiny-gdn", torch.float32, torch.float32, "dynamic", step_bv=8, variant="precompute"),
+    pytest.param(Case("tiny-gdn", torch.float32, torch.float32, "dynamic", step_bv=8, variant="precompute"),
+                 marks=SLOW),
     Case("tiny-kda", torch.float32, torch.bfloat16, "fixed", materialize_at=2, variant="precompute"),
 ]
 PRECOMPUTE_RMS = 1e-5  # tf32x3 products: about fp32 accuracy, reassociated
@@ -247,6 +252,7 @@ def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: py
     _assert_same_bytes(untouched, _bytes(state.slot_rows(torch.tensor(IDLE + FREE))), "untouched slots")
 
 
+@SLOW  # 12 s in the interpreter; folds inside the forward run in every fast replay case too
 def test_fold_inside_forward_equals_a_materialize_before_the_round() -> None:
     """A row that must fold is folded by each layer's forward (from the block it loads anyway, two V
     blocks here); materializing before the round (one launch over every layer) must give the same
@@ -275,7 +281,7 @@ def test_fold_inside_forward_equals_a_materialize_before_the_round() -> None:
     assert folded >= 2, "the rounds did not fold"
 
 
-@pytest.mark.parametrize("preset", ["tiny-gdn", "tiny-kda"])
+@pytest.mark.parametrize("preset", [pytest.param("tiny-gdn", marks=SLOW), "tiny-kda"])
 def test_replay_snapshot_equals_triton_native_state_bitwise(preset: str) -> None:
     seed = 31
     # different launch configs on purpose: the step's arithmetic does not depend on them (kernels/ssm/step.py)
