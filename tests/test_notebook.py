@@ -48,6 +48,7 @@ def test_a_figure_that_cannot_be_drawn_does_not_fail_the_run(tmp_path: Path, mon
     assert load_run(outcome.path).throughput["status"].eq("passed").all()  # finished, not left .partial
 
 
+@pytest.mark.slow  # a Jupyter kernel process (4 s); .ci/run executes it with the slow tests (SPEC §9)
 def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A "python3" kernel spec running this interpreter, first on JUPYTER_PATH: a user-level python3 spec
     # pointing at another Python cannot take over, and nothing is installed outside tmp_path.

@@ -114,6 +114,9 @@ def test_every_pair_the_processes_allow_is_byte_exact(tmp_path, world):
     assert "--transport dist" in passed["repro"].iloc[0] and f"--nproc {world}" in passed["repro"].iloc[0]
 
 
+# the same Triton page kernels as in one process (test_pages_pools.py) over the same transport as the torch
+# ones (test_every_pair_the_processes_allow_is_byte_exact): two more processes
+@pytest.mark.slow
 def test_triton_kernels_in_the_processes(tmp_path):
     run = _run(tmp_path, ["--nproc", "2", "--tp-pairs", "1:2", "--backend", "torch,triton"])
     kv = run.throughput[run.throughput["family"] == "gqa"]

@@ -96,7 +96,9 @@ def _run(mode, backend, family, state_dtype, rounds, act_dtype=torch.bfloat16, c
                torch.randn(3, geom.layers, geom.conv_dim, geom.conv_kernel - 1, generator=gen).to(act_dtype).to(DEVICE))
     trace = Trace([], [], [], [])
     for widths, accepted in rounds:
-        trace.before.append(state.snapshot(slots))
+        # nothing runs between rounds: the state before a round is the one after the last (a deferred
+        # snapshot is a commit kernel in the interpreter, so it is taken once)
+        trace.before.append(trace.after[-1] if trace.after else state.snapshot(slots))
         state.begin_round(slots, widths)
         inputs = [make_token_inputs(geom, len(widths) * (drafts + 1), act_dtype, gen).to(DEVICE)
                   for _ in range(geom.layers)]
@@ -245,7 +247,8 @@ def _direct_inputs(family: str, gen: torch.Generator, widths: list[int]):
 
 
 @pytest.mark.parametrize("mode", ["native", "compact"])
-@pytest.mark.parametrize("family", ["gdn", "kda"])
+# GDN under `-m slow` (twice KDA's programs): the launchers and their padding are the same for both families
+@pytest.mark.parametrize("family", [pytest.param("gdn", marks=SLOW), "kda"])
 def test_outputs_into_poisoned_buffer(family, mode):
     """Padding rows come out zero and every valid row is written, whatever the buffer held."""
     gen = torch.Generator().manual_seed(3)
