@@ -82,6 +82,7 @@ def test_headline_names_the_run_and_quotes_every_mode(run_dir: Path) -> None:
     assert (rows[1]["batch"], rows[1][f"{replay} us"], rows[1][f"{replay}: x faster than native"]) == ("8", "OOM", "-")
 
 
+@pytest.mark.slow  # a second interpreter (2 s) for what the tests above check in-process
 def test_headline_cli_prints_the_table_and_rejects_an_unknown_scenario(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

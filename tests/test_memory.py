@@ -236,6 +236,9 @@ def test_run_isolated_returns_the_json_result_from_another_process() -> None:
     assert out["result"]["pid"] != os.getpid()
 
 
+# A child's OOM record and its errors under `-m slow` (2-4 s of child processes): the child runs run_guarded,
+# whose records are tested in-process above; the fast suite keeps a child's result and the time-out.
+@pytest.mark.slow
 def test_run_isolated_reports_an_oom_record() -> None:
     out = run_isolated(f"{__name__}:child_oom", {}, timeout=120)
     assert out["status"] == "oom"
@@ -243,6 +246,7 @@ def test_run_isolated_reports_an_oom_record() -> None:
     assert out["message"] == TORCH_OOM_MESSAGE
 
 
+@pytest.mark.slow
 def test_run_isolated_reports_errors_with_the_stderr_tail() -> None:
     raised = run_isolated(f"{__name__}:child_raise", {}, timeout=120)
     assert raised["status"] == "error" and raised["returncode"] == 1

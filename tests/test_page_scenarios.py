@@ -180,6 +180,9 @@ def test_tuning_jobs_cover_every_kernel_with_valid_candidates():
         page_tuning.tuning_jobs({"kernel": "pages-sideways"})
 
 
+# a sweep of every candidate in the interpreter, then a run (3 s): the sweep machinery is test_autotune.py's
+# (a Triton kernel under the interpreter included), the page jobs and their check are tested above and below
+@pytest.mark.slow
 def test_autotune_sweep_records_every_candidate_and_runs_use_the_winner(tmp_path):
     cache = tmp_path / "cache.json"
     options = {"preset": "tiny-gdn", "device": "cpu", "page_size": "16", "batch": "1", "kernel": "pages-load",

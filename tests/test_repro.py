@@ -28,6 +28,9 @@ RUNS = [
     ("cpu-page-restore", ["--page-size", "16", "--pages", "1", "--tp", "1,2", "--variant", "direct"]),
     ("pd-roundtrip", ["--page-tokens", "16", "--pages", "1", "--tp-pairs", "1:2,2:1"]),
 ]
+# These rerun under `-m slow`: their lines are built by the same code as the others', and
+# test_every_option_of_the_cli_is_reproduced holds every scenario's options in the fast suite.
+SLOW_RUNS = {"mtp-fixed", "checkpoint-restore"}
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +54,8 @@ def _keys(df: pd.DataFrame) -> set[tuple[str, ...]]:
     return {tuple(r) for r in df[KEY].astype("string").fillna("").itertuples(index=False)}
 
 
-@pytest.mark.parametrize(("scenario", "args"), RUNS, ids=[s for s, _ in RUNS])
+@pytest.mark.parametrize(("scenario", "args"), [
+    pytest.param(name, args, id=name, marks=[pytest.mark.slow] if name in SLOW_RUNS else []) for name, args in RUNS])
 def test_every_repro_line_reruns_the_same_case(scenario: str, args: list[str], tmp_path: Path) -> None:
     rows = _run(["run", scenario, *args, *FAST], tmp_path / "first")
     assert not rows.empty
