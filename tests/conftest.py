@@ -37,6 +37,20 @@ import kernels.common.triton_cpu  # noqa: E402,F401
 import pytest  # noqa: E402
 
 
+@pytest.fixture
+def light_runs(monkeypatch):
+    """For tests of a run's rows, files and comparisons: the CPU copy ceiling measured over 1 MiB 3 times
+    (64 MiB 23 times by default) and no figures, which together took half of a small run's 4 s. The
+    manifest still gets its wall-time profile. Where figures and ceilings are the subject the runs go
+    without it: test_notebook.py, test_profile.py, test_env.py, the page scenario runs that check their
+    figure, `harness run decode` as the README gives it."""
+    from harness import env
+
+    measure = env.measure_ceilings
+    monkeypatch.setattr(env, "measure_ceilings", lambda device, **_: measure(device, cpu_bytes=1 << 20, repeats=3))
+    monkeypatch.setattr("results.plots.plot_run", lambda run: None)  # harness.runner imports it when drawing
+
+
 @pytest.fixture(scope="session")
 def make_trace():
     """`make_trace(path, preset="tiny-gdn", drafts=2, dynamic=True) -> path`: a small trace (batch 2, four

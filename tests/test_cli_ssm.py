@@ -36,7 +36,9 @@ def _single_run(out: Path) -> Path:
     pytest.param([], marks=pytest.mark.slow, id="the-readme-command"),  # `harness run decode`, every default
     pytest.param(["--rounds", "4", *LIGHT], id="light"),
 ])
-def test_decode_default_run(tmp_path, options):
+def test_decode_default_run(tmp_path, options, request):
+    if options:  # the README's command draws its figures and measures its ceiling as it would for a user
+        request.getfixturevalue("light_runs")
     result = _invoke(["run", "decode", "--out", str(tmp_path), *options])
     assert result.exit_code == 0, result.output
     run_dir = _single_run(tmp_path)
@@ -53,6 +55,7 @@ def test_decode_default_run(tmp_path, options):
 
 
 @pytest.mark.parametrize("preset", ["tiny-kda", "tiny-gdn"])
+@pytest.mark.usefixtures("light_runs")
 def test_mtp_fixed_writes_every_file_and_contracts_hold(tmp_path, preset):
     result = _invoke(["run", "mtp-fixed", "--preset", preset, "--drafts", "3", "--accept", "geometric:0.7",
                       "--rounds", "8", *LIGHT, "--out", str(tmp_path)])
@@ -71,6 +74,7 @@ def test_mtp_fixed_writes_every_file_and_contracts_hold(tmp_path, preset):
     assert replay_out[0].policy == "rms" and replay_out[0].rms_ratio < 2e-3 and replay_out[0].max_ulp > 0
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_mtp_dynamic_and_json_output(tmp_path):
     result = _invoke(["run", "mtp-dynamic", "--rounds", "6", "--batch", "2,3", *LIGHT, "--out", str(tmp_path),
                       "--json"])
@@ -79,6 +83,7 @@ def test_mtp_dynamic_and_json_output(tmp_path):
     assert len(data["rows"]) == 10 and {r["batch"] for r in data["rows"]} == {2, 3}  # 5 variants x 2 batches
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_trace_in_and_dump_out(tmp_path, make_trace):
     trace = make_trace(tmp_path / "in.trace")
     out, dump = tmp_path / "runs", tmp_path / "dump"
@@ -109,6 +114,7 @@ def test_trace_with_a_wrong_shape_is_rejected(tmp_path, make_trace):
     assert not any(out.iterdir())
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_list_and_report(tmp_path):
     result = _invoke(["list", "--json"])
     data = json.loads(result.output)
@@ -120,6 +126,7 @@ def test_list_and_report(tmp_path):
 
 
 @pytest.mark.parametrize("state_dtype", ["fp32", pytest.param("bf16", marks=pytest.mark.slow)])
+@pytest.mark.usefixtures("light_runs")
 def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     result = _invoke(["run", "checkpoint-restore", "--preset", "tiny-kda", "--state-dtype", state_dtype,
                       "--rounds", "7", "--history-len", "4", "--out", str(tmp_path)])

@@ -17,6 +17,7 @@ from states import presets
 from states.geometry import SSMGeometry
 
 runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("light_runs")  # columns are what this file checks (tests/conftest.py)
 INT_COLUMNS = [c.name for c in COLUMNS if c.kind == "int"]
 # Nothing a power of two, value heads a multiple of key heads, KDA and GDN.
 ODD = {

@@ -41,6 +41,7 @@ def test_long_memory_decays_stay_in_range_and_random_ones_do_not(preset):
     assert short.min() < 0.9 and not math.isclose(float(short.mean()), float(long.mean()), rel_tol=1e-2)
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_run_takes_long_memory_gates_and_rejects_unknown_ones(tmp_path):
     runner = CliRunner()
     ok = runner.invoke(app, ["run", "decode", "--gates", "long-memory", "--rounds", "4", "--batch", "2",

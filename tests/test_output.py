@@ -59,6 +59,7 @@ def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
     assert stream.getvalue() == ""
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_a_run_in_a_log_says_what_it_is_doing(tmp_path):
     result = runner.invoke(app, ["run", "decode", "--rounds", "2", "--warmup", "0", "--rep", "2", "--history-len", "4",
                                  "--out", str(tmp_path)], catch_exceptions=False)  # CliRunner's stdout is no TTY

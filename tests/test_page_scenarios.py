@@ -121,6 +121,7 @@ def tiny_gqa2(monkeypatch):
     # the real preset: the state page of its 36 GDN layers takes most of the run's time
     pytest.param("qwen3-next", marks=pytest.mark.slow),
 ])
+@pytest.mark.usefixtures("light_runs")
 def test_pd_roundtrip_replicated_gqa_heads(tmp_path, tiny_gqa2, preset):
     """Qwen3-Next has 2 KV heads: at TP 4 and 8 ranks replicate them and only one per head writes."""
     run = _run(["pd-roundtrip", "--preset", preset, "--tp-pairs", "8:2,1:4", "--page-tokens", "16",
@@ -288,6 +289,7 @@ def _out_of_memory(*args, **kwargs):
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
+@pytest.mark.usefixtures("light_runs")
 def test_a_transfer_that_does_not_fit_is_an_oom_row(tmp_path, monkeypatch):
     from scenarios import cpu_page_restore, pd_roundtrip
 

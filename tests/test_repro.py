@@ -33,14 +33,7 @@ RUNS = [
 SLOW_RUNS = {"mtp-fixed", "checkpoint-restore"}
 
 
-@pytest.fixture(autouse=True)
-def light_runs(monkeypatch):
-    """Rows are what this file checks: a small copy ceiling and no figures keep its dozen runs quick."""
-    from harness import env, runner as harness_runner
-
-    measure = env.measure_ceilings
-    monkeypatch.setattr(env, "measure_ceilings", lambda device, **_: measure(device, cpu_bytes=1 << 20, repeats=3))
-    monkeypatch.setattr(harness_runner, "draw_figures", lambda *args, **kwargs: None)
+pytestmark = pytest.mark.usefixtures("light_runs")  # rows are what this file checks (tests/conftest.py)
 
 
 def _run(argv: list[str], out: Path) -> pd.DataFrame:
