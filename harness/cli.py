@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 
 from harness.progress import progress_reporter
+from harness.repro import CliOption, Repro
 from harness.usage import OneLineUsage
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False, cls=OneLineUsage)
@@ -84,6 +85,32 @@ Rep = Annotated[int, typer.Option(help="timed samples per row (median, p20, p80,
 JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
 
 
+def cli_options(scenario: str) -> tuple[CliOption, ...]:
+    """The options of `harness run <scenario>`, read off the command itself (what repro lines are made of)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    try:
+        command = group.commands["run"].commands[scenario]
+    except KeyError:
+        raise ValueError(f"`harness run` has no scenario {scenario!r}") from None
+    out = []
+    for p in command.params:
+        if p.param_type_name != "option":
+            continue
+        annotation = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+        out.append(CliOption(p.name, p.opts[0], p.default, bool(p.is_flag), annotation is Path))
+    return tuple(out)
+
+
+def repro() -> Repro:
+    """What the runner builds repro lines with: every `harness run` command's options (handed to it, so the
+    runner never imports this module)."""
+    import typer.main
+
+    return Repro({name: cli_options(name) for name in typer.main.get_command(app).commands["run"].commands})
+
+
 def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool) -> None:
     from harness.runner import DEFAULT_OUT, run_scenario
     from results.store import load_run
@@ -97,6 +124,7 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
         outcome = _guarded(
             lambda: run(
                 scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
+                repro=repro(),
             )
         )
     if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
@@ -284,7 +312,7 @@ def gate(
     with progress_reporter() as progress:
         outcome = _guarded(
             lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
-                             progress=progress, argv=["harness", *sys.argv[1:]])
+                             progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
         )
     for line in outcome.lines:
         console.print(line, markup=False, highlight=False)

@@ -35,6 +35,7 @@ from harness import env, fontcache
 from harness.equivalence import Comparison, EquivalenceReport, failure_line
 from harness.expected import RowCheck, check_case
 from harness.phases import PhaseClock
+from harness.repro import Repro
 from harness.runner import DEFAULT_OUT, case_label, draw_figures, make_context, run_case
 from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
@@ -154,15 +155,16 @@ def run_gate(
     progress: Callable[[str, int], Callable[[], None]] | None = None,
     argv: list[str] | None = None,
     cases: list[tuple[str, dict[str, Any]]] | None = None,
+    repro: Repro | None = None,
 ) -> GateOutcome:
     """Run the gate cases; the outcome says whether the gate passed, where its report is, and its lines
-    (a summary, then one line per failure)."""
+    (a summary, then one line per failure). `repro` (from the CLI) fills the rows' repro column."""
     clock = PhaseClock(device)
     with clock.phase("setup"):
-        return _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock)
+        return _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock, repro)
 
 
-def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock) -> GateOutcome:
+def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock, repro) -> GateOutcome:
     if shapes not in ("tiny", "model"):
         raise ValueError(f"--shapes must be tiny or model, got {shapes!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -192,7 +194,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     checks: list[RowCheck] = []
     with writer:
         ctx, report = make_context(device, 0, ceilings, writer, scenario="gate", progress=progress, time_cases=False,
-                                   clock=clock)
+                                   clock=clock, repro=repro)
         for scenario, case in planned:
             result = run_case(scenario, case, ctx, clock)
             writer.add_rows(result.rows)

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from harness import autotune, env, equivalence, fontcache, memory, timing
 from harness.group_timing import bench_group
 from harness.phases import PhaseClock
-from harness.repro import repro_command
+from harness.repro import Repro
 from harness.writable import check_output_dir
 from results.store import RunWriter, load_run, update_manifest
 from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
@@ -69,9 +69,11 @@ def make_context(
     autotune_level: str = "cache-only",
     autotune_cache: Path | str = DEFAULT_CACHE,
     clock: PhaseClock | None = None,
+    repro: Repro | None = None,
 ) -> tuple[RunContext, equivalence.EquivalenceReport]:
     """A RunContext wired to the harness (comparisons go to `writer` and to the returned report); with a
-    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own)."""
+    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own). `repro`
+    builds the rows' repro lines (the CLI hands it over); without one the column stays empty."""
     report = equivalence.EquivalenceReport()
     clock = clock or PhaseClock(device)
     level = autotune.Level(autotune_level)
@@ -121,7 +123,7 @@ def make_context(
         check_requests=check_requests,
         time_cases=time_cases,
         # a case's options name its scenario (the gate runs several through one context)
-        repro=lambda opts: repro_command(opts.get("scenario") or scenario, opts),
+        repro=(lambda opts: repro(opts.get("scenario") or scenario, opts)) if repro is not None else (lambda opts: ""),
         kernel_config=kernel_config,
         bench_group=(lambda fn: bench_group(fn, device=device, warmup=warmup, rep=rep))
         if dist.is_initialized() else None,
@@ -170,17 +172,20 @@ def run_scenario(
     argv: list[str],
     out_root: Path | str = DEFAULT_OUT,
     progress: Callable[[str, int], Callable[[], None]] | None = None,
+    repro: Repro | None = None,
 ) -> RunOutcome | None:
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
-    None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run)."""
+    None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run). `repro`
+    (from the CLI) fills the rows' repro column."""
     device = options.get("device") or "cpu"
     clock = PhaseClock(device)
     with clock.phase("setup"):
-        return _run_scenario(name, options, argv, out_root, progress, clock)
+        return _run_scenario(name, options, argv, out_root, progress, clock, repro)
 
 
 def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root: Path | str,
-                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock) -> RunOutcome | None:
+                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock,
+                  repro: Repro | None) -> RunOutcome | None:
     scenario = get_scenario(name)
     cases = plan_run(scenario, options, out_root)
     device = options.get("device") or "cpu"
@@ -206,6 +211,7 @@ def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root:
             warmup=5 if options.get("warmup") is None else int(options["warmup"]),
             rep=30 if options.get("rep") is None else int(options["rep"]),
             clock=clock,
+            repro=repro,
         )
         rows = []
         for case in cases:
