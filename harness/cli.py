@@ -59,7 +59,7 @@ Seed = Annotated[int, typer.Option(help="seed of every generated input, 0 .. 2**
 Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout (>= 1; a trace has its own)")]
 Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 1 + S (default 3)")]
 Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
-HistoryLen = Annotated[int, typer.Option(help="replay history Lh (power of two, >= 4, >= W)")]
+HistoryLen = Annotated[int | None, typer.Option(help="replay history Lh (power of two, >= 4, >= W; default 16)")]
 CompactCommit = Annotated[str | None, typer.Option(
     help="comma list of compact variants (default both): accept (commit replays the accepted records in one launch at accept) | "
          "deferred (the next forward of each layer applies them from the tile it loads anyway)")]
@@ -162,7 +162,7 @@ def _ssm_command(scenario: str, drop: tuple[str, ...], rounds_help: str):
         rounds: Rounds = None,
         drafts: Drafts = None,
         accept: Accept = None,
-        history_len: HistoryLen = 16,
+        history_len: HistoryLen = None,
         history_dtype: HistoryDtype = "fp32",
         compact_commit: CompactCommit = None,
         replay_forward: ReplayForward = None,

@@ -22,7 +22,7 @@ from harness import autotune, env, equivalence, fontcache, memory, timing
 from harness.group_timing import bench_group
 from harness.phases import PhaseClock
 from harness.repro import Repro
-from harness.writable import check_output_dir
+from harness.writable import check_output_dir, check_output_file
 from results.store import RunWriter, load_run, update_manifest
 from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
 
@@ -149,16 +149,21 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
     if options.get("autotune_cache") is not None:
-        _check_cache(options["autotune_cache"])
+        check_cache(options["autotune_cache"])
     device = given(options.get("device"), "cpu")
     for case in cases:
         memory.check_fits(scenario.memory(case, device), device, f"{scenario.name} on {case.preset}")
     return cases
 
 
-def _check_cache(path: str | Path) -> None:
+def check_cache(path: str | Path, *, written: bool = False) -> None:
+    """`--autotune-cache` checked like `--out`: an existing file must be a readable cache; a missing one
+    must be somewhere a file can be made (a path that can never hold a cache is a typo, not an empty
+    cache). `written` (the autotune): an existing file must also be writable."""
     if Path(path).is_dir():
         raise ValueError(f"--autotune-cache {path} is a folder, not a cache file")
+    if written or not Path(path).exists():
+        check_output_file(path, "--autotune-cache")
     try:
         autotune.AutotuneCache(path)
     except (ValueError, OSError) as e:

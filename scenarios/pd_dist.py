@@ -89,7 +89,7 @@ def check_transport(options: dict[str, Any], cases: Sequence[po.PageCase]) -> No
     nproc, backend = options.get("nproc"), options.get("dist_backend") or "auto"
     device = str(options.get("device") or "cpu")
     if transport not in TRANSPORTS:
-        raise ValueError(f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}")
+        raise ValueError(f"--transport: unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}")
     if transport == "local":
         for flag, value in (("--nproc", nproc), ("--dist-backend", None if backend == "auto" else backend)):
             if value is not None:

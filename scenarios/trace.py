@@ -6,6 +6,7 @@ of plain dicts, lists, strings, numbers and tensors, loaded with `weights_only=T
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,13 @@ def read_trace(path: str | Path, geom: SSMGeometry) -> dict[str, Any]:
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except Exception as e:  # a corrupt or foreign file: say so in one line
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; unpickling anything else says only
+            # what byte it tripped on (`KeyError: 101`)
+            raise ValueError(f"{where}: not a trace: a trace is a file written by torch.save "
+                             "(docs/TRACE_FORMAT.md), this one is not") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(f"{where}: not a readable trace ({type(e).__name__}: {first})") from None
+        raise ValueError(f"{where}: a torch.save file that is not a readable trace "
+                         f"({type(e).__name__}: {first})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{where}: not an {FORMAT} file")
     if data.get("version") != VERSION:
