@@ -40,6 +40,7 @@ from harness.runner import DEFAULT_OUT, case_label, draw_figures, make_context, 
 from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
 from scenarios import get_scenario
+from scenarios.page_options import tp_degrees
 
 TINY = ("tiny-gdn", "tiny-kda")
 # Every gate case runs every variant of every mode (SPEC §3) and compares accepted states of every request
@@ -99,11 +100,12 @@ def interpreter_cases() -> list[tuple[str, dict[str, Any]]]:
 
 
 def page_cases(presets: tuple[str, ...], page_size: int) -> list[tuple[str, dict[str, Any]]]:
-    """KV page transfers (contracts 4, 5): CPU pages at every TP degree with both variants, and PD pages at
-    every TP pair, with the hybrid state page where the preset has SSM layers."""
-    tps = "1,2,4,8"
+    """KV page transfers (contracts 4, 5): CPU pages at every TP degree of 1, 2, 4, 8 the preset's heads
+    take, with both variants, and PD pages at every TP pair of those, with the hybrid state page where the
+    preset has SSM layers."""
     cases: list[tuple[str, dict[str, Any]]] = []
     for preset in presets:
+        tps = ",".join(str(t) for t in tp_degrees(preset))  # the degrees its heads take
         cases += [("cpu-page-restore", {"preset": preset, "page_size": str(page_size), "tp": tps}),
                   ("pd-roundtrip", {"preset": preset, "page_tokens": str(page_size)})]
     return cases

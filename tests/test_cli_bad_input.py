@@ -144,6 +144,9 @@ BAD = [
     ("run mtp-dynamic --trace {trace} --check-requests 3", "--check-requests"),
     ("run decode --autotune-cache /proc/nope/x.json", "--autotune-cache"),  # checked like --out
     ("run decode --autotune-cache {file}/cache.json", "--autotune-cache"),
+    ("run pd-roundtrip --tp-pairs 1:16", "--tp-pairs"),  # 8 KV heads replicate, 2 SSM key heads cannot split
+    ("run pd-roundtrip --preset tiny-kda --tp-pairs 4:1", "--tp-pairs"),
+    ("run cpu-page-restore --tp 4", "--tp"),  # tiny-gdn's SSM layers have 2 key heads
 ]
 
 
