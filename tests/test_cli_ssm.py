@@ -118,6 +118,10 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     run = load_run(_single_run(tmp_path))
     assert set(run.throughput["direction"]) == {"export", "import"}
     assert set(run.throughput["status"]) == {"passed"}
+    # one batch everywhere: the rows say the case's batch (4, as the repro line does); the timed transfer's
+    # requests (half of them) are in the config
+    assert set(run.throughput["batch"]) == {4} and all("--batch 4" in r for r in run.throughput["repro"])
+    assert {json.loads(c)["restored_requests"] for c in run.throughput["config"]} == {2}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
     assert len(restored) == 25 * 3  # every ordered pair of the five variants x (o, ssm, conv)

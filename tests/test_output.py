@@ -4,6 +4,7 @@ titles that say what and where, and `harness compare` on runs that share nothing
 from __future__ import annotations
 
 import io
+import time
 
 import pandas as pd
 import pytest
@@ -50,6 +51,37 @@ def test_plain_progress_is_a_heartbeat_not_a_line_per_task():
             advance = progress(f"case {case}", 2)
             advance(), advance()
     assert stream.getvalue().splitlines() == ["case 0: started, 2 steps"]
+
+
+def test_plain_progress_shows_the_overall_count_while_inner_tasks_advance():
+    """The gate's cases are the outer task; the scenario's own tasks advance far more often, and every line
+    still says how far the gate is (issue 17: no overall progress for 10 minutes)."""
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=0.0) as progress:
+        cases = progress("gate cases", 2)
+        for case in range(2):
+            step = progress(f"case {case}", 2)
+            step(), step()
+            cases()
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "gate cases: started, 2 steps"
+    assert lines[1].startswith("gate cases: 0/2 after ") and lines[1].endswith(" | case 0: started, 2 steps")
+    assert lines[4].startswith("gate cases: 1/2 after ")
+    assert [line for line in lines if " | case 1: 1/2 after " in line and line.startswith("gate cases: 1/2")]
+    assert lines[-1].startswith("gate cases: done, 2/2 in ")
+
+
+def test_plain_progress_beats_while_one_step_runs_long():
+    """A single step longer than the heartbeat (an interpreted kernel config) still gets lines."""
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=0.2) as progress:
+        advance = progress("autotune ssm", 1)
+        time.sleep(0.9)
+        advance()
+    lines = stream.getvalue().splitlines()
+    running = [line for line in lines if line.startswith("autotune ssm: 0/1 after ") and line.endswith("(running)")]
+    assert len(running) >= 2, lines
+    assert lines[-1].startswith("autotune ssm: done, 1/1 in ")
 
 
 def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():

@@ -55,6 +55,12 @@ def test_every_repro_line_reruns_the_same_case(scenario: str, args: list[str], t
     assert not rows.empty
     for i, (line, produced) in enumerate(rows.groupby("repro", sort=True)):
         assert line.startswith(f"harness run {scenario}"), line
+        if set(produced["status"]) == {"unsupported"}:
+            # the row's mode alone: refused before any work with the row's reason, in one line naming --modes
+            refused = runner.invoke(app, [*repro_argv(line), *FAST, "--out", str(tmp_path / f"again-{i}")])
+            assert refused.exit_code == 2 and refused.output.startswith("error: --modes"), refused.output
+            assert "--modes " in line and "needs drafts" in produced["reason"].iloc[0]
+            continue
         again = _run([*repro_argv(line), *FAST], tmp_path / f"again-{i}")
         missing = _keys(produced) - _keys(again)
         assert not missing, f"`{line}` did not rerun {missing}"
