@@ -87,6 +87,11 @@ def make_context(
         choice = autotune.cached_choice(kernel, static_key, batch, cache=cache[0], level=level, default=default)
         return choice.config, "cached" if choice.source == "cache" else "default"
 
+    def record_ceiling(name: str, entry: dict) -> None:
+        ceilings[name] = entry
+        if writer is not None:
+            writer.add_ceiling(name, entry)
+
     def record(c: equivalence.Comparison) -> None:
         report.add(c)
         if writer is not None:
@@ -125,8 +130,9 @@ def make_context(
         # a case's options name its scenario (the gate runs several through one context)
         repro=(lambda opts: repro(opts.get("scenario") or scenario, opts)) if repro is not None else (lambda opts: ""),
         kernel_config=kernel_config,
-        bench_group=(lambda fn: bench_group(fn, device=device, warmup=warmup, rep=rep))
+        bench_group=(lambda *phases: bench_group(*phases, device=device, warmup=warmup, rep=rep))
         if dist.is_initialized() else None,
+        record_ceiling=record_ceiling,
     )
     return ctx, report
 

@@ -59,6 +59,8 @@ class Timing:
         warmup: untimed calls before the first sample.
         replays_per_sample: calls averaged into one sample (graph replays; 1 otherwise).
         fallback_reason: why `auto` did not use `cuda-graph` on CUDA, else None.
+        parts: a phased sample's phases (`harness.group_timing.bench_group`), each with its own samples,
+            aligned with these (sample i here is the sum of the parts' samples i); empty otherwise.
     """
 
     samples_us: tuple[float, ...]
@@ -71,6 +73,7 @@ class Timing:
     warmup: int
     replays_per_sample: int = 1
     fallback_reason: str | None = None
+    parts: tuple[Timing, ...] = ()
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float], *, timer: str, warmup: int, **extra) -> Timing:

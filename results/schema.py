@@ -86,7 +86,8 @@ COLUMNS: list[Column] = [
     # cost model and the ceiling it is judged against (any status)
     Column("bytes_moved", "int", "cost", "bytes read + written per timed call (the scenario's cost model; a mean "
            "over a fold cycle for replay), rounded to a whole byte", "bytes"),
-    Column("ceiling_name", "str", "cost", "ceiling compared against: d2d-copy | h2d-pinned | d2h-pinned | cpu-memcpy"),
+    Column("ceiling_name", "str", "cost", "ceiling compared against (a key of the manifest's ceilings): d2d-copy "
+           "| h2d-pinned | d2h-pinned | cpu-memcpy, ` xN` for N processes' copies, or a PD link measured in the run"),
     Column("ceiling_gbps", "float", "cost", "that ceiling, measured in the same run", "gbps"),
     # memory (any status: an oom row still says what it wanted)
     Column("bytes_per_request_predicted", "int", "memory", "state bytes per request from the SPEC §3 formula", "bytes"),

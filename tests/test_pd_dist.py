@@ -63,6 +63,7 @@ def test_every_pair_the_processes_allow_is_byte_exact(tmp_path, world):
     run = _run(tmp_path, ["--nproc", str(world), "--preset", "tiny-gdn,tiny-kda,llama-3-8b"])
     df = run.throughput
     degrees = {"tiny-gdn": [1, 2], "tiny-kda": [1, 2], "llama-3-8b": [1, 2, 4, 8]}
+    ceilings = json.loads((run.path / "manifest.json").read_text())["ceilings"]
     kv = df[df["family"].isin(["gqa", "mla"])]
     assert {(r.preset, r.tp_prefill, r.tp_decode) for r in kv.itertuples()} == \
         {(preset, p, d) for preset, tps in degrees.items() for p in tps for d in tps}
@@ -80,7 +81,11 @@ def test_every_pair_the_processes_allow_is_byte_exact(tmp_path, world):
         assert (by.loc["transfer", "bytes_moved"], config["local_bytes"]) == (link, local)
         assert config["placement"] == ("disjoint" if p + d <= world else "shared")
         assert config["comm"] == "gloo" and config["processes"] == world
-        assert by.loc["transfer", "ceiling_name"] == "link-gloo" and by.loc["transfer", "ceiling_gbps"] > 0
+        # the link ceiling: the transfer's own exchange step, recorded with the run's ceilings, never beaten
+        ceiling = by.loc["transfer", "ceiling_name"]
+        assert ceiling == f"link-gloo {preset} tp{p}:{d} page 16 torch" and by.loc["transfer", "ceiling_gbps"] > 0
+        assert ceiling in ceilings and ceilings[ceiling]["gbps"] == pytest.approx(by.loc["transfer", "ceiling_gbps"])
+        assert ceilings[ceiling]["bytes"] == link and 0 < by.loc["transfer", "ceiling_pct"] <= 100
         assert (local > 0) == (f"{local} of {link + local} bytes stay within a process" in str(by.loc["transfer",
                                                                                                         "reason"]))
         writers = min(p, KV_HEADS[preset])  # one writer per head slice
@@ -223,3 +228,25 @@ def test_a_process_out_of_memory_is_an_oom_row_for_all(tmp_path, monkeypatch):
     assert run.throughput.set_index("family").loc["gdn", "status"] == "passed"  # the state page is not timed
     (record,) = [json.loads(line) for line in (run.path / "oom.jsonl").read_text().splitlines()]
     assert record["wanted_bytes"] == 2 << 30 and (record["tp_prefill"], record["tp_decode"]) == (1, 1)
+
+
+def test_a_phased_sample_is_the_sum_of_its_phases_so_a_phase_ceiling_is_never_beaten(tmp_path):
+    """The link ceiling is the exchange phase of the transfer's own samples (issue 17): whatever the noise,
+    each sample of the whole is the sum of its phases', so the whole's median is never below a phase's."""
+    import random
+    import time
+
+    import torch.distributed as dist
+
+    from harness.group_timing import bench_group
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        noisy = lambda: time.sleep(random.uniform(0, 0.002))  # noqa: E731
+        whole = bench_group(noisy, noisy, noisy, device="cpu", warmup=0, rep=15)
+    finally:
+        dist.destroy_process_group()
+    assert len(whole.parts) == 3 and whole.n_samples == 15
+    for i, sample in enumerate(whole.samples_us):
+        assert sample == pytest.approx(sum(part.samples_us[i] for part in whole.parts))
+    assert all(whole.median_us >= part.median_us for part in whole.parts)
