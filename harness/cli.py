@@ -322,16 +322,22 @@ def gate(
 
 
 def _interpret_triton_on_cpu(device: str, backend: str | None) -> None:
-    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter.
-    Triton picks interpreter or compiler when a kernel is defined (at import, done by now), so the
-    command starts again with TRITON_INTERPRET=1, once, saying so."""
+    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter."""
     import os
 
     wants_triton = backend is None or "triton" in backend.split(",")
     if device != "cpu" or not wants_triton or os.environ.get("TRITON_INTERPRET") == "1":
         return
-    typer.echo("gate: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter "
-               "(--backend torch skips them)", err=True)
+    _restart_interpreted("gate", "(--backend torch skips them)")
+
+
+def _restart_interpreted(command: str, note: str = "") -> None:
+    """Start this command again with TRITON_INTERPRET=1, once, saying so: Triton picks interpreter or
+    compiler when a kernel is defined (at import, done by now)."""
+    import os
+
+    typer.echo(f"{command}: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter"
+               + (f" {note}" if note else ""), err=True)
     sys.stdout.flush(), sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "harness", *sys.argv[1:]],
               {**os.environ, "TRITON_INTERPRET": "1"})
@@ -354,14 +360,25 @@ def autotune_cmd(
     as_json: JsonOut = False,
 ) -> None:
     """Sweep kernel configs on disposable inputs; record every candidate (ok, out_of_resources,
-    compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket."""
+    compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket.
+
+    On CPU the kernels run in the Triton interpreter (the command restarts itself with TRITON_INTERPRET=1)
+    and each sweep is two candidates, the default and one other: a check of the configs and of the cache,
+    not a tuning (interpreter times say nothing about a GPU). It writes only the run directory under --out
+    and the cache file."""
+    import os
+
     from harness.runner import DEFAULT_OUT
-    from harness.tune import run_autotune
-    from harness.writable import check_output_dir
+    from harness.tune import plan_autotune, run_autotune
 
     options = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
                if k not in ("target", "out", "as_json")}
-    _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
+    restart = device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"
+    if restart:  # validate as the restarted process will run: kernels in the interpreter
+        os.environ["TRITON_INTERPRET"] = "1"
+    _guarded(lambda: plan_autotune(target, options, out or DEFAULT_OUT))  # bad input: one line, before anything
+    if restart:
+        _restart_interpreted("autotune")
     with progress_reporter() as progress:
         outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
                                                 out_root=out or DEFAULT_OUT, progress=progress))

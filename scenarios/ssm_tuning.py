@@ -150,15 +150,27 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
 
     key = {c: static_key(geom, cfg, c) for c in (STEP, CONV, PRECOMPUTE)}
     jobs = [
-        TuneJob(STEP, key[STEP], batch, config_space(STEP, **dims), defaults[STEP], build,
+        TuneJob(STEP, key[STEP], batch, cpu_space(config_space(STEP, **dims), defaults[STEP], cfg.device),
+                defaults[STEP], build,
                 {name: run_member(name, STEP) for name in members}, check_step, members=STEP_MEMBERS),
-        TuneJob(CONV, key[CONV], batch, config_space(CONV, **dims), defaults[CONV], build,
+        TuneJob(CONV, key[CONV], batch, cpu_space(config_space(CONV, **dims), defaults[CONV], cfg.device),
+                defaults[CONV], build,
                 run_member("native-round", CONV), check_conv),
     ]
     if with_precompute:
-        jobs.append(TuneJob(PRECOMPUTE, key[PRECOMPUTE], batch, precompute_space(geom), dict(DEFAULT_PRECOMPUTE_CONFIG),
+        space = cpu_space(precompute_space(geom), dict(DEFAULT_PRECOMPUTE_CONFIG), cfg.device)
+        jobs.append(TuneJob(PRECOMPUTE, key[PRECOMPUTE], batch, space, dict(DEFAULT_PRECOMPUTE_CONFIG),
                             build, run_member("replay-precompute-round", PRECOMPUTE), check_precompute))
     return jobs
+
+
+def cpu_space(space: list[dict], default: dict, device: str) -> list[dict]:
+    """The candidates to sweep: the whole space on a GPU; on CPU, where the kernels run in the interpreter
+    (its times say nothing about a GPU, and the full space took many minutes), the default and the space's
+    first other config, as the page kernels do: enough to check them and to exercise the sweep and cache."""
+    if str(device).startswith("cuda"):
+        return space
+    return [dict(default)] + [c for c in space if c != default][:1]
 
 
 def precompute_space(geom: SSMGeometry) -> list[dict]:

@@ -89,6 +89,10 @@ BAD = [
     ("gate --shapes huge", "--shapes"),
     ("autotune ssm --out /proc/x", "--out"),
     ("TRITON_INTERPRET=1 autotune ssm --batch ''", "--batch"),
+    ("autotune ssm --batch ''", "--batch"),  # checked before the restart into the interpreter
+    ("autotune ssm --autotune-cache /proc/nope/x.json", "--autotune-cache"),
+    ("autotune ssm --autotune-cache {dir}", "--autotune-cache"),
+    ("autotune ssm --level sometimes", "--level"),
     ("TRITON_INTERPRET=1 autotune pages --page-size 2,,4", "--page-size"),
     # memory: predicted before allocating
     ("run decode --batch 1000000000", "--batch"),
