@@ -4,7 +4,7 @@
     harness list                          scenarios, modes, presets, kernels
     harness run decode                    the embedded default: tiny-gdn, torch backend, CPU
     harness run mtp-fixed --preset tiny-kda --drafts 3 --accept geometric:0.7
-    harness gate --device cpu             every SPEC §5 contract at gate shapes; exit 1 on a failure
+    harness gate --device cpu             every equivalence contract (docs/CONTRACTS.md); exit 1 on a failure
     harness report RUN | compare A B | plot RUN
 
 Bad input exits with code 2 and one line naming the problem; nothing is written. A run writes
@@ -293,7 +293,8 @@ def gate(
     junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
     out: Out = None,
 ) -> None:
-    """Check every SPEC §5 contract at gate shapes; exit 1 on a broken contract, a missing or failed variant,
+    """Check every equivalence contract at gate shapes (docs/CONTRACTS.md: the contracts by name, their
+    tolerances, what the gate refuses); exit 1 on a broken contract, a missing or failed variant,
     or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
     skips them)."""
     from harness.runner import DEFAULT_OUT

@@ -61,7 +61,7 @@ def _check_ssm(label: str, case: Any, rows: list[dict[str, Any]], device: str) -
                 for m in case.modes for var in case.variants_of(m)]
     for v in expected:
         mine = [r for r in rows if (r.get("mode"), r.get("variant") or "", r.get("backend")) == tuple(v)]
-        allowed = "compact mode needs drafts (SPEC §3)" if v.mode == "compact" and case.drafts < 1 else ""
+        allowed = "compact mode needs drafts (docs/CONTRACTS.md)" if v.mode == "compact" and case.drafts < 1 else ""
         checks.append(_judge(label, variant_label(v), mine, allowed, case.batch, device))
     return checks
 

@@ -250,7 +250,8 @@ class GateVerdict:
         out += ["## Expected variants", "", "| case | variant | status | note |", "| --- | --- | --- | --- |"]
         out += [f"| {c.case} | {c.variant} | {'passed' if c.passed and c.status == 'passed' else c.status}"
                 f"{'' if c.passed else ' **FAIL**'} | {c.reason} |" for c in self.checks]
-        out += ["", "Every comparison: equivalence.md.", ""]
+        out += ["", "Every comparison: equivalence.md (how to read it: docs/REPORTS.md). The contracts by name, their "
+                "tolerances and what the gate refuses: docs/CONTRACTS.md.", ""]
         return "\n".join(out)
 
 

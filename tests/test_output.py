@@ -146,3 +146,33 @@ def test_compare_of_runs_with_nothing_in_common_says_so(tmp_path):
     assert "preset tiny-gdn" in lines[0] and "preset tiny-kda" in lines[0]
     same = runner.invoke(app, ["compare", paths[0], paths[2]])
     assert same.exit_code == 0 and "same" in same.output
+
+
+def test_what_users_read_cites_docs_in_the_repository_not_the_spec(tmp_path):
+    """Issue 17: help and gate.md cited "SPEC §3/§5", a file that is not in the repository. They cite
+    docs/CONTRACTS.md and docs/REPORTS.md, which exist and name every contract; equivalence.md explains
+    its NaN counts and its ULPs near zero, and untouched slots compare bytes (no NaN of random bits)."""
+    from pathlib import Path
+
+    from harness.equivalence import CONTRACT_NAMES, EquivalenceReport
+    from harness.gate import GateVerdict
+
+    repo = Path(__file__).resolve().parents[1]
+    contracts = (repo / "docs" / "CONTRACTS.md").read_text()
+    assert all(f"`{name}`" in contracts for name in CONTRACT_NAMES.values())
+    assert (repo / "docs" / "REPORTS.md").exists()
+    for args in (["--help"], ["gate", "--help"], ["run", "decode", "--help"], ["autotune", "--help"]):
+        shown = runner.invoke(app, args, terminal_width=200).output
+        assert "SPEC" not in shown and "§" not in shown, (args, shown)
+    assert "docs/CONTRACTS.md" in runner.invoke(app, ["gate", "--help"], terminal_width=200).output
+    gate_md = GateVerdict(EquivalenceReport(), [], backends="torch").markdown()
+    assert "SPEC" not in gate_md and "docs/CONTRACTS.md" in gate_md
+
+    result = runner.invoke(app, ["run", "decode", "--rounds", "2", "--warmup", "0", "--rep", "2", "--out",
+                                 str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    md = (run / "equivalence.md").read_text()
+    assert "SPEC" not in md and "docs/REPORTS.md" in md and "1.7e9 ULP" in md
+    untouched = [line for line in md.splitlines() if "| untouched " in line]
+    assert untouched and not any("NaN" in line for line in untouched)
