@@ -367,13 +367,13 @@ def autotune_cmd(
     and each sweep is two candidates, the default and one other: a check of the configs and of the cache,
     not a tuning (interpreter times say nothing about a GPU). It writes only the run directory under --out
     and the cache file."""
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in _own_options(locals(), autotune_cmd).items()
+               if k != "target"}
     import os
 
     from harness.runner import DEFAULT_OUT
     from harness.tune import plan_autotune, run_autotune
 
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
-               if k not in ("target", "out", "as_json")}
     restart = device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"
     if restart:  # validate as the restarted process will run: kernels in the interpreter
         os.environ["TRITON_INTERPRET"] = "1"
