@@ -29,15 +29,12 @@ step() {
   echo "$name $((SECONDS - start)) s" | tee -a "$times"
 }
 
-for case in $CASES; do
+first=1
+for case in $CASES; do  # case by case, so a call cut short still has the first cases' rows
   IFS=: read -r preset batches drafts <<< "$case"
   # tune the batch buckets of the rows (the W = 1 static key when drafts is 0: decode)
   step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
     --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
-done
-first=1
-for case in $CASES; do
-  IFS=: read -r preset batches drafts <<< "$case"
   scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
   common=(--preset "$preset" --device "$DEVICE" --backend "${BACKEND:-triton,fla}" --batch "$batches" --state-dtype fp32
@@ -47,6 +44,7 @@ for case in $CASES; do
     step "$scenario-$preset-b$batches-untuned" $PY -m harness run "$scenario" "${common[@]}" --autotune off
   fi
   first=0
+  tar -C "$RUNS" -czf "$OUT/runs.tgz" .
 done
 tar -C "$RUNS" -czf "$OUT/runs.tgz" .
 for f in "$RUNS"/*-tuned.json "$RUNS"/*-untuned.json; do
