@@ -4,7 +4,7 @@
     harness list                          scenarios, modes, presets, kernels
     harness run decode                    the embedded default: tiny-gdn, torch backend, CPU
     harness run mtp-fixed --preset tiny-kda --drafts 3 --accept geometric:0.7
-    harness gate --device cpu             every SPEC §5 contract at gate shapes; exit 1 on a failure
+    harness gate --device cpu             every equivalence contract (docs/CONTRACTS.md); exit 1 on a failure
     harness report RUN | compare A B | plot RUN
 
 Bad input exits with code 2 and one line naming the problem; nothing is written. A run writes
@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 
 from harness.progress import progress_reporter
+from harness.repro import CliOption, Repro
 from harness.usage import OneLineUsage
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False, cls=OneLineUsage)
@@ -58,7 +59,7 @@ Seed = Annotated[int, typer.Option(help="seed of every generated input, 0 .. 2**
 Rounds = Annotated[int | None, typer.Option(help="rounds in the compared rollout (>= 1; a trace has its own)")]
 Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 1 + S (default 3)")]
 Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
-HistoryLen = Annotated[int, typer.Option(help="replay history Lh (power of two, >= 4, >= W)")]
+HistoryLen = Annotated[int | None, typer.Option(help="replay history Lh (power of two, >= 4, >= W; default 16)")]
 CompactCommit = Annotated[str | None, typer.Option(
     help="comma list of compact variants (default both): accept (commit replays the accepted records in one launch at accept) | "
          "deferred (the next forward of each layer applies them from the tile it loads anyway)")]
@@ -84,6 +85,32 @@ Rep = Annotated[int, typer.Option(help="timed samples per row (median, p20, p80,
 JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
 
 
+def cli_options(scenario: str) -> tuple[CliOption, ...]:
+    """The options of `harness run <scenario>`, read off the command itself (what repro lines are made of)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    try:
+        command = group.commands["run"].commands[scenario]
+    except KeyError:
+        raise ValueError(f"`harness run` has no scenario {scenario!r}") from None
+    out = []
+    for p in command.params:
+        if p.param_type_name != "option":
+            continue
+        annotation = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+        out.append(CliOption(p.name, p.opts[0], p.default, bool(p.is_flag), annotation is Path))
+    return tuple(out)
+
+
+def repro() -> Repro:
+    """What the runner builds repro lines with: every `harness run` command's options (handed to it, so the
+    runner never imports this module)."""
+    import typer.main
+
+    return Repro({name: cli_options(name) for name in typer.main.get_command(app).commands["run"].commands})
+
+
 def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool) -> None:
     from harness.runner import DEFAULT_OUT, run_scenario
     from results.store import load_run
@@ -97,6 +124,7 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
         outcome = _guarded(
             lambda: run(
                 scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
+                repro=repro(),
             )
         )
     if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
@@ -134,7 +162,7 @@ def _ssm_command(scenario: str, drop: tuple[str, ...], rounds_help: str):
         rounds: Rounds = None,
         drafts: Drafts = None,
         accept: Accept = None,
-        history_len: HistoryLen = 16,
+        history_len: HistoryLen = None,
         history_dtype: HistoryDtype = "fp32",
         compact_commit: CompactCommit = None,
         replay_forward: ReplayForward = None,
@@ -265,7 +293,8 @@ def gate(
     junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
     out: Out = None,
 ) -> None:
-    """Check every SPEC §5 contract at gate shapes; exit 1 on a broken contract, a missing or failed variant,
+    """Check every equivalence contract at gate shapes (docs/CONTRACTS.md: the contracts by name, their
+    tolerances, what the gate refuses); exit 1 on a broken contract, a missing or failed variant,
     or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
     skips them)."""
     from harness.runner import DEFAULT_OUT
@@ -284,7 +313,7 @@ def gate(
     with progress_reporter() as progress:
         outcome = _guarded(
             lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
-                             progress=progress, argv=["harness", *sys.argv[1:]])
+                             progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
         )
     for line in outcome.lines:
         console.print(line, markup=False, highlight=False)
@@ -294,16 +323,22 @@ def gate(
 
 
 def _interpret_triton_on_cpu(device: str, backend: str | None) -> None:
-    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter.
-    Triton picks interpreter or compiler when a kernel is defined (at import, done by now), so the
-    command starts again with TRITON_INTERPRET=1, once, saying so."""
+    """On CPU the gate is complete only with the Triton kernels, which run there only in the interpreter."""
     import os
 
     wants_triton = backend is None or "triton" in backend.split(",")
     if device != "cpu" or not wants_triton or os.environ.get("TRITON_INTERPRET") == "1":
         return
-    typer.echo("gate: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter "
-               "(--backend torch skips them)", err=True)
+    _restart_interpreted("gate", "(--backend torch skips them)")
+
+
+def _restart_interpreted(command: str, note: str = "") -> None:
+    """Start this command again with TRITON_INTERPRET=1, once, saying so: Triton picks interpreter or
+    compiler when a kernel is defined (at import, done by now)."""
+    import os
+
+    typer.echo(f"{command}: restarting with TRITON_INTERPRET=1 so the Triton kernels run in the interpreter"
+               + (f" {note}" if note else ""), err=True)
     sys.stdout.flush(), sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "harness", *sys.argv[1:]],
               {**os.environ, "TRITON_INTERPRET": "1"})
@@ -328,14 +363,25 @@ def autotune_cmd(
     as_json: JsonOut = False,
 ) -> None:
     """Sweep kernel configs on disposable inputs; record every candidate (ok, out_of_resources,
-    compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket."""
-    from harness.runner import DEFAULT_OUT
-    from harness.tune import run_autotune
-    from harness.writable import check_output_dir
+    compile_error, mismatch, oom) and cache the fastest valid one per static key and batch bucket.
 
-    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in locals().items()
-               if k not in ("target", "out", "as_json")}
-    _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
+    On CPU the kernels run in the Triton interpreter (the command restarts itself with TRITON_INTERPRET=1)
+    and each sweep is two candidates, the default and one other: a check of the configs and of the cache,
+    not a tuning (interpreter times say nothing about a GPU). It writes only the run directory under --out
+    and the cache file."""
+    options = {k: (str(v) if isinstance(v, Path) else v) for k, v in _own_options(locals(), autotune_cmd).items()
+               if k != "target"}
+    import os
+
+    from harness.runner import DEFAULT_OUT
+    from harness.tune import plan_autotune, run_autotune
+
+    restart = device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"
+    if restart:  # validate as the restarted process will run: kernels in the interpreter
+        os.environ["TRITON_INTERPRET"] = "1"
+    _guarded(lambda: plan_autotune(target, options, out or DEFAULT_OUT))  # bad input: one line, before anything
+    if restart:
+        _restart_interpreted("autotune")
     with progress_reporter() as progress:
         outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
                                                 out_root=out or DEFAULT_OUT, progress=progress))

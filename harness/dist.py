@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from harness.repro import Repro
 from harness.runner import RunOutcome, run_scenario
 from results.store import load_run
 from scenarios import get_scenario
@@ -51,7 +52,8 @@ def comm_backend(options: dict[str, Any]) -> str:
 
 
 def run_dist(
-    name: str, options: dict[str, Any], *, argv: list[str], out_root: Path | str, progress: Any = None
+    name: str, options: dict[str, Any], *, argv: list[str], out_root: Path | str, progress: Any = None,
+    repro: Repro | None = None,
 ) -> RunOutcome | None:
     """Run scenario `name` over a process group (module docstring). Returns the run on the process that
     started the workers and on rank 0 of a torchrun launch; None on torchrun's other ranks."""
@@ -65,7 +67,7 @@ def run_dist(
         get_scenario(name).plan(options)
         _join(comm_backend(options), int(os.environ["RANK"]), world, int(os.environ["LOCAL_RANK"]), device, None)
         try:
-            return run_scenario(name, options, argv=argv, out_root=out_root, progress=progress)
+            return run_scenario(name, options, argv=argv, out_root=out_root, progress=progress, repro=repro)
         finally:
             dist.destroy_process_group()
 
@@ -80,19 +82,19 @@ def run_dist(
     method = "spawn" if device.startswith("cuda") else "fork"
     queue = mp.get_context(method).SimpleQueue()
     mp.start_processes(_worker, args=(world, store.port, comm_backend(options), name, options, argv, str(out_root),
-                                      queue), nprocs=world, start_method=method, join=True)
+                                      queue, repro), nprocs=world, start_method=method, join=True)
     path = Path(queue.get())
     run = load_run(path)
     return RunOutcome(path, run.throughput.to_dict(orient="records"), run.equivalence_report())
 
 
 def _worker(rank: int, world: int, port: int, backend: str, name: str, options: dict[str, Any], argv: list[str],
-            out_root: str, queue: Any) -> None:
+            out_root: str, queue: Any, repro: Repro | None) -> None:
     device = str(options.get("device") or "cpu")
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT)
     _join(backend, rank, world, rank, device, store)
     try:
-        outcome = run_scenario(name, options, argv=argv, out_root=out_root)
+        outcome = run_scenario(name, options, argv=argv, out_root=out_root, repro=repro)
     finally:
         dist.destroy_process_group()
     if outcome is not None:

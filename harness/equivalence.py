@@ -451,7 +451,21 @@ class EquivalenceReport:
             lines += ["", f"## {where or '(no scenario)'}: {contract_title(contract)}", "", header,
                       "|" + " --- |" * 10]
             lines += [_markdown_row(c) for c in comps]
+        lines += ["", *READING]
         return "\n".join(lines) + "\n"
+
+
+# What readers asked about (issue 17), under every equivalence.md; docs/REPORTS.md says more.
+READING = [
+    "## Reading this",
+    "",
+    "* Contracts, tolerances and what the gate refuses: docs/CONTRACTS.md; every column: docs/REPORTS.md.",
+    "* `N NaN` counts elements that are NaN on either side; a bitwise row passes with NaN only when both sides "
+    "hold the same NaN bits at the same places. Byte comparisons (pages, untouched slots) compare integer words.",
+    "* `max ULP` counts representable values between the two sides and misleads near zero, where they are "
+    "densest: 5e-8 vs -4.5e-8 (9.5e-8 apart) is 1.7e9 ULP. Judge tolerance rows by max abs and the RMS ratio.",
+    "* `RMS ratio` is ||a - b|| / ||b|| in fp64; a rollout is judged on its worst round (`worst ... @ round r`).",
+]
 
 
 def _markdown_row(c: Comparison) -> str:

@@ -35,10 +35,12 @@ from harness import env, fontcache
 from harness.equivalence import Comparison, EquivalenceReport, failure_line
 from harness.expected import RowCheck, check_case
 from harness.phases import PhaseClock
+from harness.repro import Repro
 from harness.runner import DEFAULT_OUT, case_label, draw_figures, make_context, run_case
 from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
 from scenarios import get_scenario
+from scenarios.page_options import tp_degrees
 
 TINY = ("tiny-gdn", "tiny-kda")
 # Every gate case runs every variant of every mode (SPEC §3) and compares accepted states of every request
@@ -98,11 +100,12 @@ def interpreter_cases() -> list[tuple[str, dict[str, Any]]]:
 
 
 def page_cases(presets: tuple[str, ...], page_size: int) -> list[tuple[str, dict[str, Any]]]:
-    """KV page transfers (contracts 4, 5): CPU pages at every TP degree with both variants, and PD pages at
-    every TP pair, with the hybrid state page where the preset has SSM layers."""
-    tps = "1,2,4,8"
+    """KV page transfers (contracts 4, 5): CPU pages at every TP degree of 1, 2, 4, 8 the preset's heads
+    take, with both variants, and PD pages at every TP pair of those, with the hybrid state page where the
+    preset has SSM layers."""
     cases: list[tuple[str, dict[str, Any]]] = []
     for preset in presets:
+        tps = ",".join(str(t) for t in tp_degrees(preset))  # the degrees its heads take
         cases += [("cpu-page-restore", {"preset": preset, "page_size": str(page_size), "tp": tps}),
                   ("pd-roundtrip", {"preset": preset, "page_tokens": str(page_size)})]
     return cases
@@ -154,15 +157,16 @@ def run_gate(
     progress: Callable[[str, int], Callable[[], None]] | None = None,
     argv: list[str] | None = None,
     cases: list[tuple[str, dict[str, Any]]] | None = None,
+    repro: Repro | None = None,
 ) -> GateOutcome:
     """Run the gate cases; the outcome says whether the gate passed, where its report is, and its lines
-    (a summary, then one line per failure)."""
+    (a summary, then one line per failure). `repro` (from the CLI) fills the rows' repro column."""
     clock = PhaseClock(device)
     with clock.phase("setup"):
-        return _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock)
+        return _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock, repro)
 
 
-def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock) -> GateOutcome:
+def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, clock, repro) -> GateOutcome:
     if shapes not in ("tiny", "model"):
         raise ValueError(f"--shapes must be tiny or model, got {shapes!r}")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -192,7 +196,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     checks: list[RowCheck] = []
     with writer:
         ctx, report = make_context(device, 0, ceilings, writer, scenario="gate", progress=progress, time_cases=False,
-                                   clock=clock)
+                                   clock=clock, repro=repro)
         for scenario, case in planned:
             result = run_case(scenario, case, ctx, clock)
             writer.add_rows(result.rows)
@@ -246,7 +250,8 @@ class GateVerdict:
         out += ["## Expected variants", "", "| case | variant | status | note |", "| --- | --- | --- | --- |"]
         out += [f"| {c.case} | {c.variant} | {'passed' if c.passed and c.status == 'passed' else c.status}"
                 f"{'' if c.passed else ' **FAIL**'} | {c.reason} |" for c in self.checks]
-        out += ["", "Every comparison: equivalence.md.", ""]
+        out += ["", "Every comparison: equivalence.md (how to read it: docs/REPORTS.md). The contracts by name, their "
+                "tolerances and what the gate refuses: docs/CONTRACTS.md.", ""]
         return "\n".join(out)
 
 

@@ -21,8 +21,8 @@ import torch.distributed as dist
 from harness import autotune, env, equivalence, fontcache, memory, timing
 from harness.group_timing import bench_group
 from harness.phases import PhaseClock
-from harness.repro import repro_command
-from harness.writable import check_output_dir
+from harness.repro import Repro
+from harness.writable import check_output_dir, check_output_file
 from results.store import RunWriter, load_run, update_manifest
 from scenarios import CHECK_REQUESTS, RunContext, Scenario, get_scenario, given, parse_int
 
@@ -72,9 +72,11 @@ def make_context(
     autotune_level: str = "cache-only",
     autotune_cache: Path | str = DEFAULT_CACHE,
     clock: PhaseClock | None = None,
+    repro: Repro | None = None,
 ) -> tuple[RunContext, equivalence.EquivalenceReport]:
     """A RunContext wired to the harness (comparisons go to `writer` and to the returned report); with a
-    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own)."""
+    `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own). `repro`
+    builds the rows' repro lines (the CLI hands it over); without one the column stays empty."""
     report = equivalence.EquivalenceReport()
     clock = clock or PhaseClock(device)
     level = autotune.Level(autotune_level)
@@ -92,6 +94,11 @@ def make_context(
             if choice.source == "cache":
                 return choice.config, source
         return dict(default), "default"
+
+    def record_ceiling(name: str, entry: dict) -> None:
+        ceilings[name] = entry
+        if writer is not None:
+            writer.add_ceiling(name, entry)
 
     def record(c: equivalence.Comparison) -> None:
         report.add(c)
@@ -129,10 +136,11 @@ def make_context(
         check_requests=check_requests,
         time_cases=time_cases,
         # a case's options name its scenario (the gate runs several through one context)
-        repro=lambda opts: repro_command(opts.get("scenario") or scenario, opts),
+        repro=(lambda opts: repro(opts.get("scenario") or scenario, opts)) if repro is not None else (lambda opts: ""),
         kernel_config=kernel_config,
-        bench_group=(lambda fn: bench_group(fn, device=device, warmup=warmup, rep=rep))
+        bench_group=(lambda *phases: bench_group(*phases, device=device, warmup=warmup, rep=rep))
         if dist.is_initialized() else None,
+        record_ceiling=record_ceiling,
     )
     return ctx, report
 
@@ -155,16 +163,21 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
         raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
     if options.get("autotune_cache") is not None:
-        _check_cache(options["autotune_cache"])
+        check_cache(options["autotune_cache"])
     device = given(options.get("device"), "cpu")
     for case in cases:
         memory.check_fits(scenario.memory(case, device), device, f"{scenario.name} on {case.preset}")
     return cases
 
 
-def _check_cache(path: str | Path) -> None:
+def check_cache(path: str | Path, *, written: bool = False) -> None:
+    """`--autotune-cache` checked like `--out`: an existing file must be a readable cache; a missing one
+    must be somewhere a file can be made (a path that can never hold a cache is a typo, not an empty
+    cache). `written` (the autotune): an existing file must also be writable."""
     if Path(path).is_dir():
         raise ValueError(f"--autotune-cache {path} is a folder, not a cache file")
+    if written or not Path(path).exists():
+        check_output_file(path, "--autotune-cache")
     try:
         autotune.AutotuneCache(path)
     except (ValueError, OSError) as e:
@@ -178,17 +191,20 @@ def run_scenario(
     argv: list[str],
     out_root: Path | str = DEFAULT_OUT,
     progress: Callable[[str, int], Callable[[], None]] | None = None,
+    repro: Repro | None = None,
 ) -> RunOutcome | None:
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
-    None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run)."""
+    None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run). `repro`
+    (from the CLI) fills the rows' repro column."""
     device = options.get("device") or "cpu"
     clock = PhaseClock(device)
     with clock.phase("setup"):
-        return _run_scenario(name, options, argv, out_root, progress, clock)
+        return _run_scenario(name, options, argv, out_root, progress, clock, repro)
 
 
 def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root: Path | str,
-                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock) -> RunOutcome | None:
+                  progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock,
+                  repro: Repro | None) -> RunOutcome | None:
     scenario = get_scenario(name)
     cases = plan_run(scenario, options, out_root)
     device = options.get("device") or "cpu"
@@ -214,6 +230,7 @@ def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root:
             warmup=5 if options.get("warmup") is None else int(options["warmup"]),
             rep=30 if options.get("rep") is None else int(options["rep"]),
             clock=clock,
+            repro=repro,
         )
         rows = []
         for case in cases:

@@ -9,8 +9,10 @@ Methodology:
 * Warm-up: `fn` runs `warmup` times first (compilation, autotuning, allocator growth, clocks);
   those runs are never samples.
 * Samples: `rep` timed samples. Reported are all samples, their median, the 20th and 80th
-  percentiles (the p20-p80 band used by reports and by `harness compare`), and the noise: the
-  relative standard deviation of the samples, in percent.
+  percentiles (the p20-p80 band used by reports and by `harness compare`), and the noise: the width
+  of that band as a percentage of the median, `(p80 - p20) / median * 100`. It was the relative
+  standard deviation, which one stalled sample drives to hundreds of percent (292% beside a p20-p80
+  of 113-117 us, issue 17); the band is what people read next to it, and a few outliers barely move it.
 * Timers, recorded with every result:
   - `cuda-graph`: `fn` is captured once into a CUDA graph (after warm-up on a side stream, as
     capture requires) and each sample times graph replays between CUDA events. This removes
@@ -53,12 +55,15 @@ class Timing:
     Attributes:
         samples_us: every sample, in microseconds per call of `fn`.
         median_us, p20_us, p80_us: median and 20th/80th percentiles (linear interpolation).
-        noise_pct: relative standard deviation of the samples, in percent (NaN with one sample).
+        noise_pct: the p20-p80 spread as a percentage of the median, `(p80 - p20) / median * 100`
+            (NaN with one sample).
         n_samples: len(samples_us).
         timer: the timer that produced the samples (`cuda-graph`, `cuda-event`, `cpu-wall`).
         warmup: untimed calls before the first sample.
         replays_per_sample: calls averaged into one sample (graph replays; 1 otherwise).
         fallback_reason: why `auto` did not use `cuda-graph` on CUDA, else None.
+        parts: a phased sample's phases (`harness.group_timing.bench_group`), each with its own samples,
+            aligned with these (sample i here is the sum of the parts' samples i); empty otherwise.
     """
 
     samples_us: tuple[float, ...]
@@ -71,19 +76,20 @@ class Timing:
     warmup: int
     replays_per_sample: int = 1
     fallback_reason: str | None = None
+    parts: tuple[Timing, ...] = ()
 
     @classmethod
     def from_samples(cls, samples_us: Sequence[float], *, timer: str, warmup: int, **extra) -> Timing:
         if not samples_us:
             raise ValueError("a Timing needs at least one sample")
         s = sorted(samples_us)
-        mean = statistics.fmean(s)
-        noise = statistics.stdev(s) / mean * 100 if len(s) > 1 and mean > 0 else math.nan
+        median, p20, p80 = _quantile(s, 0.5), _quantile(s, 0.2), _quantile(s, 0.8)
+        noise = (p80 - p20) / median * 100 if len(s) > 1 and median > 0 else math.nan
         return cls(
             samples_us=tuple(samples_us),
-            median_us=_quantile(s, 0.5),
-            p20_us=_quantile(s, 0.2),
-            p80_us=_quantile(s, 0.8),
+            median_us=median,
+            p20_us=p20,
+            p80_us=p80,
             noise_pct=noise,
             n_samples=len(s),
             timer=timer,

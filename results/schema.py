@@ -83,7 +83,7 @@ COLUMNS: list[Column] = [
     Column("median_us", "float", "timing", "median time of one round/transfer", "us"),
     Column("p20_us", "float", "timing", "20th percentile time", "us"),
     Column("p80_us", "float", "timing", "80th percentile time", "us"),
-    Column("noise_pct", "float", "timing", "relative standard deviation of the samples", "pct"),
+    Column("noise_pct", "float", "timing", "the p20-p80 spread as a percentage of the median", "pct"),
     # derived from timing (passed rows only)
     Column("tokens_per_s", "float", "derived", "tokens processed per second at the median time", "per_s"),
     Column("achieved_gbps", "float", "derived", "bytes_moved / median time, in 1e9 bytes/s", "gbps"),
@@ -91,10 +91,11 @@ COLUMNS: list[Column] = [
     # cost model and the ceiling it is judged against (any status)
     Column("bytes_moved", "int", "cost", "bytes read + written per timed call (the scenario's cost model; a mean "
            "over a fold cycle for replay), rounded to a whole byte", "bytes"),
-    Column("ceiling_name", "str", "cost", "ceiling compared against: d2d-copy | h2d-pinned | d2h-pinned | cpu-memcpy"),
+    Column("ceiling_name", "str", "cost", "ceiling compared against (a key of the manifest's ceilings): d2d-copy "
+           "| h2d-pinned | d2h-pinned | cpu-memcpy, ` xN` for N processes' copies, or a PD link measured in the run"),
     Column("ceiling_gbps", "float", "cost", "that ceiling, measured in the same run", "gbps"),
     # memory (any status: an oom row still says what it wanted)
-    Column("bytes_per_request_predicted", "int", "memory", "state bytes per request from the SPEC §3 formula", "bytes"),
+    Column("bytes_per_request_predicted", "int", "memory", "state bytes per request from the mode's formula (docs/REPORTS.md)", "bytes"),
     Column("bytes_per_request_measured", "int", "memory", "state bytes per request, measured (allocator storage "
            "over the pool's slots), rounded to a whole byte", "bytes"),
     Column("max_concurrency", "int", "memory", "requests that fit the memory budget in this mode"),

@@ -107,6 +107,11 @@ class RunWriter:
             self._report.add(c)
             self._append("equivalence.jsonl", c.to_dict())
 
+    def add_ceiling(self, name: str, entry: dict) -> None:
+        """A ceiling measured during the run (e.g. a PD link), written with the manifest's others."""
+        self._check_open()
+        self._manifest["ceilings"] = {**(self._manifest.get("ceilings") or {}), name: entry}
+
     def add_autotune(self, record: dict) -> None:
         self._check_open()
         self._append("autotune.jsonl", record)

@@ -51,7 +51,11 @@ class RunContext:
             else `default` with source `default` (SPEC §8).
         bench_group: in a run spread over a `torch.distributed` group (pd-roundtrip's `dist` transport),
             `bench_group(fn) -> Timing`, called by every process at once with its part of the work; each
-            sample is the slowest process's, and every process gets the same Timing. None otherwise.
+            sample is the slowest process's, and every process gets the same Timing; `bench_group(*phases)`
+            times each phase apart and sums them per sample (`Timing.parts`). None otherwise.
+        record_ceiling: `record_ceiling(name, entry)` adds a ceiling measured during a case (an entry like
+            `ceilings`' own: gbps, bytes, method, timer, samples, noise_pct) to the run's ceilings, so a
+            row's `ceiling_name` is always one the manifest and the printed header list.
     """
 
     device: str
@@ -72,6 +76,7 @@ class RunContext:
     repro: Callable[[dict[str, Any]], str] = lambda opts: ""
     kernel_config: Callable[..., tuple[dict[str, Any], str]] = lambda kernel, key, batch, default: (dict(default), "default")
     bench_group: Callable[..., Any] | None = None
+    record_ceiling: Callable[[str, dict[str, Any]], None] = lambda name, entry: None
 
 
 @dataclass

@@ -13,10 +13,13 @@ restored pool starts from the materialized checkpoint, the uninterrupted one fro
 plus pending history, so outputs are the same sums associated differently while the fold replays the
 same fp32 steps.
 
-Timing: `snapshot` (export) and `load` (import) of the restored requests, per mode.
+Timing: `snapshot` (export) and `load` (import) of the restored requests, per mode. A row's `batch` is
+the case's batch; `restored_requests` in its `config` is how many requests the timed transfer moves.
 """
 
 from __future__ import annotations
+
+import json
 
 from typing import Any
 
@@ -153,7 +156,11 @@ class CheckpointRestore:
         for m in variants:
             for direction in ("export", "import"):
                 row = base_row(case, m, wl, ctx)
-                row.update(direction=direction, batch=p, status=status[m][0], reason=status[m][1])
+                # `batch` stays the case's batch (what the repro line and progress say); the p requests
+                # the timed snapshot / load moves go into the row's config
+                config = {**(json.loads(row["config"]) if row["config"] else {}), "restored_requests": p}
+                row.update(direction=direction, config=json.dumps(config, sort_keys=True), status=status[m][0],
+                           reason=status[m][1])
                 row["repro"] = ctx.repro({**case.options, "modes": m.mode, "backend": backend, "batch": str(n),
                                           **variant_option(m)})
                 if status[m][0] == "passed" and ctx.time_cases:

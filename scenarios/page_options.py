@@ -5,7 +5,7 @@ fields, and the hybrid state page roundtrip (SPEC §4, §6, §7).
 `plan_cpu_page_restore` / `plan_pd_roundtrip` validate everything before any work, so bad input fails
 with one line and no run directory: an unknown preset or one without attention KV layers, a page size
 that is not a power of two in [16, 1024], pages per transfer outside [1, 65536], a TP degree that
-neither divides nor multiplies the preset's KV heads, an unknown backend or variant, `--device cuda`
+neither divides nor multiplies the preset's KV heads or does not divide its SSM heads, an unknown backend or variant, `--device cuda`
 on a machine without CUDA.
 
 Byte comparisons go through `ctx.compare` on integer views of the raw bytes: 8-byte words when a
@@ -140,19 +140,31 @@ def parse_presets(value: Any) -> list[str]:
 
 
 def check_tp(preset: str, tp: int, flag: str = "--tp") -> None:
-    """ValueError unless TP `tp` divides or multiplies the preset's KV heads (MLA: any TP >= 1)."""
+    """ValueError unless every head group of the preset can take TP `tp`: it divides or multiplies the KV
+    heads (MLA: any TP >= 1), and, in a hybrid preset, divides the SSM key and value heads, which are split
+    over the ranks, never replicated. A model that cannot run at `tp` has no KV pages at `tp` to move either."""
     if tp < 1:
         raise ValueError(f"{flag}: TP degrees must be >= 1, got {tp}")
+    found = get_attn_preset(preset)
     try:
-        get_attn_preset(preset).attn.local_kv_heads(tp)
+        found.attn.local_kv_heads(tp)
     except ValueError as e:
         raise ValueError(f"{flag}: preset {preset}: {e}") from None
+    ssm = global_ssm(found)
+    if ssm is not None and (ssm.key_heads % tp or ssm.value_heads % tp):
+        raise ValueError(f"{flag}: preset {preset}: TP {tp} does not divide its {ssm.key_heads} SSM key / "
+                         f"{ssm.value_heads} value heads (the linear-attention layers split heads over the ranks)")
+
+
+def tp_degrees(preset: str) -> list[int]:
+    """The TP degrees of `TP_DEGREES` every head group of the preset can take (the default sweep)."""
+    return [t for t in TP_DEGREES if _allows(preset, t)]
 
 
 def parse_tp_pairs(value: Any, preset: str) -> list[tuple[int, int]]:
     """`p:d` pairs; default every pair of `TP_DEGREES` the preset's heads allow."""
     if value is None:
-        allowed = [t for t in TP_DEGREES if _allows(preset, t)]
+        allowed = tp_degrees(preset)
         return [(p, d) for p in allowed for d in allowed]
     pairs = []
     for item in split_list(value, "--tp-pairs"):

@@ -22,9 +22,11 @@ Per case and backend, each process:
    Every process gets every comparison (`all_gather_object`), rank 0 records them, and the case
    passes only if all of them do;
 4. times (passed cases), with `ctx.bench_group` (each sample the slowest process's): an export of
-   `--pages` full pages between shuffled slots and shuffled pages, the transfer of those pages, their
-   import, and the link ceiling: the transfer's bytes between the same processes from plain buffers
-   (`Transfer.plain`).
+   `--pages` full pages between shuffled slots and shuffled pages, the transfer of those pages, and their
+   import. The transfer is timed in its three steps (pack, exchange, unpack; `Transfer.phases`), each
+   after a barrier, a sample being their sum; the link ceiling is the exchange step of those very
+   samples, so it is measured on the same bytes, messages, processes and timer, and the transfer can
+   never read above 100% of it.
 
 Rows (rank 0 writes them): per backend `export`, `transfer` and `import`, all with `tp_prefill` and
 `tp_decode`; `config` adds the transport, the process group's backend, the process count, the placement
@@ -35,7 +37,9 @@ and the link and local bytes. Cost model:
   run's device copy ceiling times the processes doing the work (`d2d-copy x2`; on a CPU `cpu-memcpy x2`,
   an upper bound, as the processes share the cores);
 * transfer: the bytes that cross between processes (a shared placement's local copies are left out and
-  the row's note says how many), against `link-<nccl|gloo>`, the plain exchange of the same bytes.
+  the row's note says how many), against `link-<nccl|gloo> <preset> tp<p>:<d> page <P> <backend>`, the
+  exchange step of the same transfer (step 4); each such ceiling is recorded with the run's ceilings
+  (manifest.json and the printed header), like the copy ceilings.
 
 Hybrid state page (presets with SSM layers; one untimed row, direction `roundtrip`): prefill rank i
 writes its heads of the request's state page into its staging pages right after the KV pages
@@ -89,7 +93,7 @@ def check_transport(options: dict[str, Any], cases: Sequence[po.PageCase]) -> No
     nproc, backend = options.get("nproc"), options.get("dist_backend") or "auto"
     device = str(options.get("device") or "cpu")
     if transport not in TRANSPORTS:
-        raise ValueError(f"unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}")
+        raise ValueError(f"--transport: unknown transport {transport!r}; choose {' or '.join(TRANSPORTS)}")
     if transport == "local":
         for flag, value in (("--nproc", nproc), ("--dist-backend", None if backend == "auto" else backend)):
             if value is not None:
@@ -306,8 +310,9 @@ def _time(case: po.PageCase, ctx: RunContext, placement: Placement, backend: str
         blocks[t] = [pd.head_blocks(list(range(n)))]
     transfer = Transfer(placement, [kv_field(g, p, d)], src_blocks=blocks["to_pages"], dst_blocks=blocks["to_pool"],
                         device=ctx.device)
-    timings = {"export": ctx.bench_group(work["to_pages"]), "transfer": ctx.bench_group(transfer),
-               "import": ctx.bench_group(work["to_pool"]), "link": ctx.bench_group(transfer.plain())}
+    timings = {"export": ctx.bench_group(work["to_pages"]), "transfer": ctx.bench_group(*transfer.phases()),
+               "import": ctx.bench_group(work["to_pool"])}
+    link = timings["transfer"].parts[1]  # the exchange step of the same samples: the link ceiling
 
     meta = PDPagePool(g, n, page_tokens=P, dtype=po.KV_DTYPE, device="meta")  # bytes only: no memory
     base = "d2d-copy" if ctx.device.startswith("cuda") else "cpu-memcpy"
@@ -318,10 +323,18 @@ def _time(case: po.PageCase, ctx: RunContext, placement: Placement, backend: str
         out[direction] = po.measured_fields(
             timings[direction], bytes_moved=traffic.device_bytes, tokens=traffic.tokens,
             ceiling_name=f"{base} x{traffic.ranks}", ceiling_gbps=base_gbps * traffic.ranks if base_gbps else None)
-    link_gbps = transfer.link_bytes / (timings["link"].median_us * 1e-6) / 1e9
     comm = dist.get_backend()
+    ceiling = f"link-{comm} {case.preset} tp{p}:{d} page {P} {backend}"
+    link_gbps = transfer.link_bytes / (link.median_us * 1e-6) / 1e9
+    ctx.record_ceiling(ceiling, {
+        "gbps": link_gbps, "bytes": transfer.link_bytes, "buffer_bytes": transfer.link_bytes,
+        "method": f"the transfer's own exchange step ({transfer.link_messages} {comm} messages between the same "
+                  "processes, contiguous buffers), timed in the same samples as the transfer; bytes = bytes "
+                  "crossing between processes; each sample the slowest process's",
+        "timer": link.timer, "samples": link.n_samples, "noise_pct": link.noise_pct,
+    })
     out["transfer"] = po.measured_fields(timings["transfer"], bytes_moved=transfer.link_bytes, tokens=n * P,
-                                         ceiling_name=f"link-{comm}", ceiling_gbps=link_gbps)
+                                         ceiling_name=ceiling, ceiling_gbps=link_gbps)
     shape = {"transport": "dist", "comm": comm, "processes": placement.world,
              "placement": "shared" if placement.shared else "disjoint", "pages": n,
              "chunk_bytes": po.chunk_bytes(g, P), "link_bytes": transfer.link_bytes,

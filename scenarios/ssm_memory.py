@@ -22,6 +22,9 @@ from states.base import _nbytes
 from states.presets import get_preset
 
 
+USUAL_BATCH, USUAL_ROUNDS = 4, 32
+
+
 def ssm_case_memory(case: SSMCase, device: str, restore: bool = False) -> CaseMemory:
     """`restore`: checkpoint-restore's layout (every mode's pool at once, plus room to restore into)."""
     g = get_preset(case.preset).ssm
@@ -46,8 +49,14 @@ def ssm_case_memory(case: SSMCase, device: str, restore: bool = False) -> CaseMe
             pools[label(v)] = capacity * int(MODES[v.mode].bytes_per_request(g, cfg)["total"])
         except ValueError:  # a variant this case cannot run (e.g. compact without drafts) allocates nothing
             pools[label(v)] = 0
-    return CaseMemory(
-        subject=f"--batch {n}", device=init + schedule + inputs, host=host, variants=pools, together=restore,
-        hint="lower --batch, --rounds or --drafts, or run fewer --modes",
-    )
+    device_bytes = init + schedule + inputs
+    # Memory grows with the batch times the rounds (every round's outputs are kept for the comparisons), so
+    # the error names whichever was given further above its usual value (4 requests, 32 rounds).
+    rounds_given = case.options.get("rounds") is not None or case.options.get("trace") is not None
+    if rounds_given and R / USUAL_ROUNDS > n / USUAL_BATCH:
+        where = f"--trace {case.options['trace']} ({R} rounds)" if case.options.get("trace") else f"--rounds {R}"
+        subject, hint = where, "every round's outputs are kept for the comparisons; lower --rounds"
+    else:
+        subject, hint = f"--batch {n}", "lower --batch, --rounds or --drafts, or run fewer --modes"
+    return CaseMemory(subject=subject, device=device_bytes, host=host, variants=pools, together=restore, hint=hint)
 

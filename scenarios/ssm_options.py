@@ -81,6 +81,11 @@ def plan_ssm(
     if history_len < 4 or history_len & (history_len - 1):
         raise ValueError(f"--history-len must be a power of two and at least 4, got {history_len}")
     if "replay" in modes and history_len < drafts + 1:
+        if options.get("history_len") is None:  # the default history is fine; the drafts made W too wide
+            wide = 1 << drafts.bit_length()
+            raise ValueError(f"--drafts {drafts}: replay's history of {history_len} tokens (--history-len) is shorter "
+                             f"than the verify width W = {drafts + 1}; add --history-len {wide}, or leave replay "
+                             "out of --modes")
         raise ValueError(f"--history-len {history_len} is shorter than the verify width W = drafts + 1 = {drafts + 1}")
     compact_commits = parse_variants(options.get("compact_commit"), "compact", "--compact-commit")
     if drafts == 0 and options.get("compact_commit") is None:
@@ -105,7 +110,8 @@ def plan_ssm(
     if options.get("check_requests") is not None:
         checked = parse_int(options["check_requests"], "--check-requests", lo=1)
         if checked > min(batches):
-            raise ValueError(f"--check-requests {checked} is more than the batch of {min(batches)} requests (--batch)")
+            source = "the trace's batch" if traced else "--batch"
+            raise ValueError(f"--check-requests {checked} is more than the batch of {min(batches)} requests ({source})")
     if options.get("memory_budget_gib") is not None:
         parse_positive_float(options["memory_budget_gib"], "--memory-budget-gib")
     snapshot_every = parse_int(given(options.get("snapshot_every"), SNAPSHOT_EVERY), "--snapshot-every", lo=1)

@@ -6,6 +6,7 @@ of plain dicts, lists, strings, numbers and tensors, loaded with `weights_only=T
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,13 @@ def read_trace(path: str | Path, geom: SSMGeometry) -> dict[str, Any]:
     except FileNotFoundError:
         raise ValueError(f"{where}: no such file") from None
     except Exception as e:  # a corrupt or foreign file: say so in one line
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; unpickling anything else says only
+            # what byte it tripped on (`KeyError: 101`)
+            raise ValueError(f"{where}: not a trace: a trace is a file written by torch.save "
+                             "(docs/TRACE_FORMAT.md), this one is not") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(f"{where}: not a readable trace ({type(e).__name__}: {first})") from None
+        raise ValueError(f"{where}: a torch.save file that is not a readable trace "
+                         f"({type(e).__name__}: {first})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(f"{where}: not an {FORMAT} file")
     if data.get("version") != VERSION:
@@ -97,12 +103,15 @@ def read_trace(path: str | Path, geom: SSMGeometry) -> dict[str, Any]:
         pre = f"rounds[{r}]"
         widths = _tensor(where, data, f"{pre}.widths", (n,), "int")
         accepted = _tensor(where, data, f"{pre}.accepted", (n,), "int")
-        _tensor(where, data, f"{pre}.mixed_qkv", (g.layers, n * W, g.conv_dim), act)
-        _tensor(where, data, f"{pre}.a", (g.layers, n * W, *gate_in), act)
-        _tensor(where, data, f"{pre}.b", (g.layers, n * W, g.value_heads), act)
-        for i, (w, a) in enumerate(zip(widths.tolist(), accepted.tolist(), strict=True)):
+        for i, w in enumerate(widths.tolist()):  # before the sum below counts them
             if not 0 <= w <= W:
                 raise ValueError(f"{where}: {pre}.widths[{i}] = {w} outside [0, {W}]")
+        # only the packed rows are read; the padding after them is often a buffer never written (NaN is fine)
+        read = int(widths.long().sum())
+        _tensor(where, data, f"{pre}.mixed_qkv", (g.layers, n * W, g.conv_dim), act, read)
+        _tensor(where, data, f"{pre}.a", (g.layers, n * W, *gate_in), act, read)
+        _tensor(where, data, f"{pre}.b", (g.layers, n * W, g.value_heads), act, read)
+        for i, (w, a) in enumerate(zip(widths.tolist(), accepted.tolist(), strict=True)):
             lo, hi = (0, w - 1) if w else (-1, -1)
             if not lo <= a <= hi:
                 raise ValueError(f"{where}: {pre}.accepted[{i}] = {a} outside [{lo}, {hi}] for width {w}")
@@ -135,9 +144,10 @@ def load_trace(path: str | Path, geom: SSMGeometry, case: Any, device: str) -> S
 
 
 def _tensor(where: str, data: dict[str, Any], name: str, shape: tuple[int, ...] | None,
-            dtype: torch.dtype | str) -> torch.Tensor:
+            dtype: torch.dtype | str, read_rows: int | None = None) -> torch.Tensor:
     """The tensor at dotted `name` (`rounds[2].a`), checked: present, `shape` (None: any), `dtype`
-    ("int": any integer dtype), and finite when it holds floats."""
+    ("int": any integer dtype), and finite when it holds floats: all of it, or with `read_rows` the first
+    that many rows of dim 1 (a round's packed tokens; the rows after them are padding, never read)."""
     t: Any = data
     for part in name.replace("[", ".").replace("]", "").split("."):
         container_ok = isinstance(t, dict) or (isinstance(t, list) and part.isdigit() and int(part) < len(t))
@@ -152,6 +162,8 @@ def _tensor(where: str, data: dict[str, Any], name: str, shape: tuple[int, ...] 
     elif t.dtype != dtype:
         raise ValueError(f"{where}: {name} has dtype {DTYPE_NAMES.get(t.dtype, t.dtype)}, the trace declares "
                          f"{DTYPE_NAMES.get(dtype, dtype)}")
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{where}: {name} holds NaN or Inf")
+    read = t if read_rows is None else t[:, :read_rows]
+    if t.is_floating_point() and not bool(torch.isfinite(read).all()):
+        rows = "" if read_rows is None else f" in its first {read_rows} rows (the round's tokens)"
+        raise ValueError(f"{where}: {name} holds NaN or Inf{rows}")
     return t

@@ -7,7 +7,7 @@
 #
 # Usage: OUT=/tmp/m bash scripts/gpu_modes.sh
 #   CASES="qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"   (preset:batches:drafts; 0 = decode)
-#   UNTUNED=1 (also run every case with --autotune off)   ROUNDS=2
+#   UNTUNED=1 (also run the first case with --autotune off; all: every case)   ROUNDS=2
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -18,7 +18,8 @@ ROUNDS=${ROUNDS:-2}
 RUNS=$(mktemp -d)
 CACHE="$OUT/cache.json"
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=${TRITON_INTERPRET:-0}
+DEVICE=${DEVICE:-cuda}
 times="$OUT/times.txt"
 : > "$times"
 step() {
@@ -28,22 +29,22 @@ step() {
   echo "$name $((SECONDS - start)) s" | tee -a "$times"
 }
 
-for case in $CASES; do
+first=1
+for case in $CASES; do  # case by case, so a call cut short still has the first cases' rows
   IFS=: read -r preset batches drafts <<< "$case"
   # tune the batch buckets of the rows (the W = 1 static key when drafts is 0: decode)
-  step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device cuda --preset "$preset" --batch "$batches" \
+  step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
     --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
-done
-for case in $CASES; do
-  IFS=: read -r preset batches drafts <<< "$case"
   scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
-  common=(--preset "$preset" --device cuda --backend triton,fla --batch "$batches" --state-dtype fp32
-          --rounds "$ROUNDS" --check-requests 8 --out "$RUNS" --json "${extra[@]}")
+  common=(--preset "$preset" --device "$DEVICE" --backend "${BACKEND:-triton,fla}" --batch "$batches" --state-dtype fp32
+          --rounds "$ROUNDS" --check-requests "${CHECK:-8}" --out "$RUNS" --json "${extra[@]}")
   step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
-  if [ "$UNTUNED" = 1 ]; then
+  if [ "$UNTUNED" = all ] || { [ "$UNTUNED" = 1 ] && [ $first = 1 ]; }; then
     step "$scenario-$preset-b$batches-untuned" $PY -m harness run "$scenario" "${common[@]}" --autotune off
   fi
+  first=0
+  tar -C "$RUNS" -czf "$OUT/runs.tgz" .
 done
 tar -C "$RUNS" -czf "$OUT/runs.tgz" .
 for f in "$RUNS"/*-tuned.json "$RUNS"/*-untuned.json; do

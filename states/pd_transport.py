@@ -17,13 +17,14 @@ Protocol of one transfer. Every process of the group builds the same plan; only 
    overlap, the overlap moves from i's process to j's. Everything one process sends another goes as one
    contiguous uint8 buffer (segments in message order, 16-byte aligned); a pair whose only segment is
    already contiguous sends it, or receives into it, in place, with no packing copy.
-4. Exchange (`Transfer.__call__`): pack, one `batch_isend_irecv` of every pair's buffer (NCCL fuses the
-   sends and receives into one group launch; gloo posts them one by one), wait, unpack; local messages
-   are plain copies.
+4. Transfer (`Transfer.__call__`): pack (local messages are plain copies here), exchange (one
+   `batch_isend_irecv` of every pair's buffer: NCCL fuses the sends and receives into one group launch,
+   gloo posts them one by one; wait), unpack.
 
 A receiver writes nothing outside the ranges it needs, so the rest of its staging buffer keeps what it
-held (contract 5 is checked on it). The link ceiling of a transfer (`Transfer.plain`) sends the same
-bytes between the same processes from preallocated contiguous buffers: what the link gives this pattern.
+held (contract 5 is checked on it). The link ceiling of a transfer is its own exchange step (`phases`),
+timed in the same samples: the same bytes between the same processes from contiguous buffers, what the
+link gives this pattern; the transfer's time is the sum of its three steps, so it never beats it.
 """
 
 from __future__ import annotations
@@ -232,27 +233,31 @@ class Transfer:
         self.link_messages = sum(len(info["send"]) for info in every)
 
     def __call__(self) -> None:
+        self.pack()
+        self.exchange()
+        self.unpack()
+
+    def phases(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
+        """`(pack, exchange, unpack)`: the transfer in the three steps its timing takes apart, so the link
+        ceiling is the exchange step of the very same samples (same messages, bytes, processes and timer)."""
+        return self.pack, self.exchange, self.unpack
+
+    def pack(self) -> None:
+        """Copy what leaves this process into its send buffers, and do the copies that stay within it."""
         for buffer, view in (c for link in self.sends for c in link.copies):
             buffer.copy_(view)
         for dst, src in self.local:
             dst.copy_(src)
-        self._exchange(self.sends, self.recvs)
-        for buffer, view in (c for link in self.recvs for c in link.copies):
-            view.copy_(buffer)
 
-    def _exchange(self, sends: Sequence[_Link], recvs: Sequence[_Link]) -> None:
-        ops = [dist.P2POp(dist.isend, link.buffer, link.peer) for link in sends]
-        ops += [dist.P2POp(dist.irecv, link.buffer, link.peer) for link in recvs]
+    def exchange(self) -> None:
+        """Send and receive the link buffers between processes (contiguous, one message per peer)."""
+        ops = [dist.P2POp(dist.isend, link.buffer, link.peer) for link in self.sends]
+        ops += [dist.P2POp(dist.irecv, link.buffer, link.peer) for link in self.recvs]
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
 
-    def plain(self) -> Callable[[], None]:
-        """The link ceiling's transfer: the same process pairs and bytes, between fresh contiguous buffers
-        (no packing, no local copies)."""
-
-        def fresh(links: list[_Link]) -> list[_Link]:
-            return [_Link(link.peer, [], torch.empty_like(link.buffer), []) for link in links]
-
-        sends, recvs = fresh(self.sends), fresh(self.recvs)
-        return lambda: self._exchange(sends, recvs)
+    def unpack(self) -> None:
+        """Copy what arrived from the receive buffers into this process's staging pages."""
+        for buffer, view in (c for link in self.recvs for c in link.copies):
+            view.copy_(buffer)

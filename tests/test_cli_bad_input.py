@@ -8,6 +8,7 @@ measured), so each case takes milliseconds.
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 
@@ -88,6 +89,10 @@ BAD = [
     ("gate --shapes huge", "--shapes"),
     ("autotune ssm --out /proc/x", "--out"),
     ("TRITON_INTERPRET=1 autotune ssm --batch ''", "--batch"),
+    ("autotune ssm --batch ''", "--batch"),  # checked before the restart into the interpreter
+    ("autotune ssm --autotune-cache /proc/nope/x.json", "--autotune-cache"),
+    ("autotune ssm --autotune-cache {dir}", "--autotune-cache"),
+    ("autotune ssm --level sometimes", "--level"),
     ("TRITON_INTERPRET=1 autotune pages --page-size 2,,4", "--page-size"),
     # memory: predicted before allocating
     ("run decode --batch 1000000000", "--batch"),
@@ -134,6 +139,18 @@ BAD = [
     ("run pd-roundtrip --page-tokens 8", "--page-tokens"),
     ("run pd-roundtrip --out {file}", "--out"),
     ("run pd-roundtrip --tp 2", "--tp"),  # pd-roundtrip takes --tp-pairs
+    # issue 17: the option the line names is the one to change
+    ("run mtp-fixed --drafts 100", "--drafts"),  # the default history is fine; the drafts are too many
+    ("run mtp-fixed --drafts 100 --history-len 16", "--history-len"),  # asked for both: the history is short
+    ("run decode --rounds 100000000", "--rounds"),  # memory: the rounds, not the default batch
+    ("run pd-roundtrip --transport carrier-pigeon", "--transport"),
+    ("run mtp-dynamic --trace {file}", "--trace"),  # not a torch.save file at all
+    ("run mtp-dynamic --trace {trace} --check-requests 3", "--check-requests"),
+    ("run decode --autotune-cache /proc/nope/x.json", "--autotune-cache"),  # checked like --out
+    ("run decode --autotune-cache {file}/cache.json", "--autotune-cache"),
+    ("run pd-roundtrip --tp-pairs 1:16", "--tp-pairs"),  # 8 KV heads replicate, 2 SSM key heads cannot split
+    ("run pd-roundtrip --preset tiny-kda --tp-pairs 4:1", "--tp-pairs"),
+    ("run cpu-page-restore --tp 4", "--tp"),  # tiny-gdn's SSM layers have 2 key heads
 ]
 
 
@@ -190,7 +207,9 @@ def test_bad_invocation(args: str, flag: str, paths: dict[str, Path], tmp_path: 
     assert result.exit_code == 2, result.output
     assert len(lines) == 1, result.output
     assert lines[0].startswith("error: ") and flag in lines[0], lines[0]
-    assert "Traceback" not in result.output
+    named = re.findall(r"--[a-z][a-z-]*", lines[0])
+    assert named and named[0] == flag, f"the first option named should be {flag}: {lines[0]}"
+    assert "Traceback" not in result.output and "KeyError" not in result.output
     assert not out.exists() or not any(out.iterdir())
     assert took < 10, f"{took:.1f} s: validation must fail before any work"
 
@@ -205,3 +224,11 @@ def test_bad_invocation_of_the_real_program_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == ["error: --batch has an empty item in '2,,4'"]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_batch_of_a_trace_is_named_as_the_traces(paths: dict[str, Path], tmp_path: Path) -> None:
+    """With --trace the batch came from the file, so the line must not send the user to --batch."""
+    result = runner.invoke(app, ["run", "mtp-dynamic", "--trace", str(paths["trace"]), "--check-requests", "3",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip().endswith("(the trace's batch)"), result.output

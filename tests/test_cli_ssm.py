@@ -134,6 +134,10 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     run = load_run(_single_run(tmp_path))
     assert set(run.throughput["direction"]) == {"export", "import"}
     assert set(run.throughput["status"]) == {"passed"}
+    # one batch everywhere: the rows say the case's batch (4, as the repro line does); the timed transfer's
+    # requests (half of them) are in the config
+    assert set(run.throughput["batch"]) == {4} and all("--batch 4" in r for r in run.throughput["repro"])
+    assert {json.loads(c)["restored_requests"] for c in run.throughput["config"]} == {2}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
     assert len(restored) == 25 * 3  # every ordered pair of the five variants x (o, ssm, conv)
@@ -146,3 +150,31 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
         assert restored[("native/torch restored from replay", "o")].bitwise_equal
         assert restored[("replay/torch restored from native", "ssm")].bitwise_equal
     assert all(c.bitwise_equal for c in eq if c.name.startswith("checkpoint"))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("torch,triton", marks=pytest.mark.slow)])
+def test_a_trace_with_nan_padding_runs_and_nan_in_a_read_row_is_refused(tmp_path, make_trace, backend):
+    """Rows past sum(widths) are never read (docs/TRACE_FORMAT.md), and captured buffers are often left
+    uninitialized there: NaN padding runs, every backend's outputs stay finite and equal the fp64
+    reference; NaN in a row that is read is refused, naming the field."""
+    trace = make_trace(tmp_path / "in.trace")
+    data = torch.load(trace, weights_only=True)
+    padded = 0
+    for rd in data["rounds"]:
+        used = int(rd["widths"].long().sum())
+        padded += rd["mixed_qkv"].shape[1] - used
+        for name in ("mixed_qkv", "a", "b"):
+            rd[name][:, used:] = float("nan")
+    assert padded > 0  # the trace has padding rows, or this test tests nothing
+    torch.save(data, trace)
+    out = tmp_path / "runs"
+    result = _invoke(["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--backend", backend,
+                      "--out", str(out), "--warmup", "0", "--rep", "2"])
+    assert result.exit_code == 0, result.output
+    run = load_run(_single_run(out))
+    assert set(run.throughput["status"]) == {"passed"} and run.equivalence_report().passed
+
+    data["rounds"][0]["a"][:, 0] = float("nan")  # the first request's first token: read
+    torch.save(data, trace)
+    bad = runner.invoke(app, ["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "rounds[0].a holds NaN or Inf in its first" in bad.output, bad.output

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from harness.cli import app
-from harness.repro import NOT_REPRODUCED, cli_options, repro_argv, repro_command
+from harness.cli import app, cli_options, repro
+from harness.repro import NOT_REPRODUCED, repro_argv
 from results.schema import KEY
 from results.store import load_run
 from scenarios import SCENARIOS
@@ -54,6 +54,12 @@ def test_every_repro_line_reruns_the_same_case(scenario: str, args: list[str], t
     assert not rows.empty
     for i, (line, produced) in enumerate(rows.groupby("repro", sort=True)):
         assert line.startswith(f"harness run {scenario}"), line
+        if set(produced["status"]) == {"unsupported"}:
+            # the row's mode alone: refused before any work with the row's reason, in one line naming --modes
+            refused = runner.invoke(app, [*repro_argv(line), *FAST, "--out", str(tmp_path / f"again-{i}")])
+            assert refused.exit_code == 2 and refused.output.startswith("error: --modes"), refused.output
+            assert "--modes " in line and "needs drafts" in produced["reason"].iloc[0]
+            continue
         again = _run([*repro_argv(line), *FAST], tmp_path / f"again-{i}")
         missing = _keys(produced) - _keys(again)
         assert not missing, f"`{line}` did not rerun {missing}"
@@ -76,7 +82,7 @@ def test_every_option_of_the_cli_is_reproduced(scenario: str) -> None:
     options = cli_options(scenario)
     assert options, scenario
     values = {name: (not default) if is_flag else f"v-{name}" for name, _, default, is_flag, _ in options}
-    line = repro_command(scenario, {**values, "scenario": scenario, "family": "gdn", "dynamic": True,
+    line = repro()(scenario, {**values, "scenario": scenario, "family": "gdn", "dynamic": True,
                                     "has_drafts": True})
     for name, flag, _, _, is_path in options:
         shown = flag in line.split()
@@ -88,6 +94,7 @@ def test_every_option_of_the_cli_is_reproduced(scenario: str) -> None:
 
 
 def test_defaults_are_left_out_and_the_interpreter_is_named(monkeypatch) -> None:
+    repro_command = repro()
     assert repro_command("decode", {"preset": "tiny-gdn", "rounds": None, "seed": 0, "batch": "4"}) == \
         "harness run decode --batch 4"
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -95,3 +102,32 @@ def test_defaults_are_left_out_and_the_interpreter_is_named(monkeypatch) -> None
     assert line == "TRITON_INTERPRET=1 harness run mtp-fixed --backend triton"
     assert repro_argv(line) == ["run", "mtp-fixed", "--backend", "triton"]
     assert not repro_command("mtp-fixed", {"backend": "torch"}).startswith("TRITON")
+
+
+def test_the_harness_imports_form_no_circle() -> None:
+    """The CLI hands the runner its options (issue 14): no module of harness/ imports another that imports
+    it back, counting imports inside functions (a repro line built by importing harness/cli.py closed a
+    circle through cli, dist, gate, runner, tune)."""
+    import ast
+
+    folder = Path(__file__).resolve().parents[1] / "harness"
+    deps: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "harness":
+                found |= {f"harness.{a.name}" for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness."):
+                found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("harness.")}
+        deps[f"harness.{path.stem}"] = found
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for d in deps.get(start, ()):
+            if d == goal or (d not in seen and reaches(d, goal, seen | {d})):
+                return True
+        return False
+
+    circles = sorted(m for m in deps if reaches(m, m, set()))
+    assert not circles, f"import circle through {circles}"

@@ -54,3 +54,50 @@ def test_tuning_rejects_bad_options():
         ssm_tuning.tuning_jobs({"drafts": 3, "history_len": 6})
     with pytest.raises(ValueError, match="has no linear-attention layers"):
         ssm_tuning.tuning_jobs({"preset": "llama-3-8b"})
+
+
+def test_autotune_writes_only_its_run_directory_and_the_cache(tmp_path, monkeypatch):
+    """Issue 17: an interrupted or fruitless sweep left an empty results/autotune/ in the checkout. The cache's
+    folder is made when a winner is stored, and nothing else is written outside --out."""
+    from scenarios.base import TuneJob
+
+    def never_valid(options):
+        return [TuneJob("k", {"a": 1}, 1, [{"x": 1}], {"x": 1}, build=lambda bucket: None,
+                        run=lambda config, inputs: None, check=lambda config, inputs: (False, "never"))]
+
+    monkeypatch.setattr(ssm_tuning, "tuning_jobs", never_valid)
+    cache = tmp_path / "cache-dir" / "cache.json"
+    out = run_autotune("ssm", {"level": "force", "autotune_cache": str(cache)}, argv=["test"], out_root=tmp_path / "runs")
+    assert [c["source"] for c in out.choices] == ["error"]
+    assert not (tmp_path / "cache-dir").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+
+
+def test_ssm_sweeps_on_cpu_are_the_default_and_one_other_config():
+    """The interpreter's times say nothing about a GPU and the full space took many minutes on CPU."""
+    for job in ssm_tuning.tuning_jobs({"device": "cpu"}):
+        assert job.candidates[0] == job.default and len(job.candidates) == 2, job.kernel
+
+
+@pytest.mark.slow
+def test_autotune_ssm_runs_on_cpu_at_its_defaults(tmp_path):
+    """A new user's `harness autotune ssm` on a CPU machine: it restarts itself in the interpreter, beats in
+    the log at least every 10 s, caches the winners and writes nothing outside --out and the cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo_cache = Path(__file__).resolve().parents[1] / "results" / "autotune"
+    existed = repo_cache.exists()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    (tmp_path / "cwd").mkdir()
+    done = subprocess.run([sys.executable, "-m", "harness", "autotune", "ssm", "--out", str(tmp_path / "runs"),
+                           "--autotune-cache", str(tmp_path / "c" / "cache.json")], cwd=tmp_path / "cwd", env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("autotune: restarting with TRITON_INTERPRET=1")
+    assert lines[-1].startswith("autotune ssm: done, 16/16 in ")  # 8 kernels x 2 candidates
+    assert json.loads((tmp_path / "c" / "cache.json").read_text())["entries"]["cpu"]
+    assert not any((tmp_path / "cwd").iterdir()) and repo_cache.exists() == existed

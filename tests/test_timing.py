@@ -22,11 +22,22 @@ def test_summary_statistics_match_numpy():
     assert t.median_us == pytest.approx(np.percentile(samples, 50))
     assert t.p20_us == pytest.approx(np.percentile(samples, 20))
     assert t.p80_us == pytest.approx(np.percentile(samples, 80))
-    assert t.noise_pct == pytest.approx(np.std(samples, ddof=1) / np.mean(samples) * 100)
+    p20, p50, p80 = np.percentile(samples, [20, 50, 80])
+    assert t.noise_pct == pytest.approx((p80 - p20) / p50 * 100)
     assert t.n_samples == 101 and t.samples_us == tuple(samples)  # all samples, in the order taken
     assert math.isnan(Timing.from_samples([5.0], timer="cpu-wall", warmup=0).noise_pct)  # undefined, not 0
     with pytest.raises(ValueError, match="at least one sample"):
         Timing.from_samples([], timer="cpu-wall", warmup=0)
+
+
+def test_noise_is_the_spread_people_read_not_blown_up_by_one_stall():
+    """Issue 17: a relative standard deviation read 292% beside a p20-p80 of 113-117 us. The noise is that
+    band's width over the median, so one stalled sample among thirty barely moves it."""
+    samples = [113.0 + 4.0 * i / 28 for i in range(29)] + [20_000.0]
+    t = Timing.from_samples(samples, timer="cpu-wall", warmup=0)
+    assert 113 <= t.p20_us < t.p80_us <= 118
+    assert t.noise_pct == pytest.approx((t.p80_us - t.p20_us) / t.median_us * 100) and t.noise_pct < 4
+    assert np.std(samples, ddof=1) / np.mean(samples) * 100 > 250  # what the old definition said
 
 
 def test_cpu_bench_counts_calls_and_times_only_fn():
