@@ -153,6 +153,7 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("torch,triton", marks=pytest.mark.slow)])
+@pytest.mark.usefixtures("light_runs")
 def test_a_trace_with_nan_padding_runs_and_nan_in_a_read_row_is_refused(tmp_path, make_trace, backend):
     """Rows past sum(widths) are never read (docs/TRACE_FORMAT.md), and captured buffers are often left
     uninitialized there: NaN padding runs, every backend's outputs stay finite and equal the fp64
@@ -169,7 +170,7 @@ def test_a_trace_with_nan_padding_runs_and_nan_in_a_read_row_is_refused(tmp_path
     torch.save(data, trace)
     out = tmp_path / "runs"
     result = _invoke(["run", "mtp-dynamic", "--drafts", "2", "--trace", str(trace), "--backend", backend,
-                      "--out", str(out), "--warmup", "0", "--rep", "2"])
+                      "--out", str(out), *LIGHT])
     assert result.exit_code == 0, result.output
     run = load_run(_single_run(out))
     assert set(run.throughput["status"]) == {"passed"} and run.equivalence_report().passed

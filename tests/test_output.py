@@ -149,6 +149,7 @@ def test_compare_of_runs_with_nothing_in_common_says_so(tmp_path):
     assert same.exit_code == 0 and "same" in same.output
 
 
+@pytest.mark.usefixtures("light_runs")  # equivalence.md is the subject here, not figures or ceilings
 def test_what_users_read_cites_docs_in_the_repository_not_the_spec(tmp_path):
     """Issue 17: help and gate.md cited "SPEC §3/§5", a file that is not in the repository. They cite
     docs/CONTRACTS.md and docs/REPORTS.md, which exist and name every contract; equivalence.md explains

@@ -109,10 +109,12 @@ def test_pd_roundtrip_run(tmp_path):
 
 @pytest.fixture
 def tiny_gqa2(monkeypatch):
-    """tiny-gdn with Qwen3-Next's 2 KV heads: the same replication at a size whose state page is small."""
+    """tiny-gdn with Qwen3-Next's 2 KV heads: the same replication at a size whose state page is small. Its
+    SSM layers get 8 key and value heads so that TP 8, like Qwen3-Next's 16 / 32, splits them."""
     base = presets.PRESETS["tiny-gdn"]
     attn = dataclasses.replace(base.attn, kv_heads=2)
-    monkeypatch.setitem(presets.PRESETS, "tiny-gqa2", dataclasses.replace(base, name="tiny-gqa2", attn=attn))
+    ssm = dataclasses.replace(base.ssm, key_heads=8, value_heads=8)
+    monkeypatch.setitem(presets.PRESETS, "tiny-gqa2", dataclasses.replace(base, name="tiny-gqa2", attn=attn, ssm=ssm))
 
 
 @pytest.mark.parametrize("preset", [
