@@ -18,7 +18,7 @@ import torch
 
 import harness
 
-PHASES = ("imports", "setup", "reference", "rollout", "compare", "timing", "figures", "write")
+PHASES = ("imports", "setup", "compile", "reference", "rollout", "compare", "timing", "figures", "write")
 
 
 class PhaseClock:

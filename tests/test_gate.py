@@ -194,3 +194,20 @@ def test_gate_refuses_to_skip_triton_silently_on_cpu(monkeypatch):
     monkeypatch.setattr("harness.gate.interpreting", lambda: False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1.*--backend torch"):
         run_gate(device="cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gate_compiles_ahead_in_parallel_and_still_passes(tmp_path):
+    """On CUDA the gate records every Triton specialization its cases launch (launches skipped, outputs
+    garbage), compiles them in forked workers, then runs for real from Triton's cache: the recorded set is
+    not empty, compiles without errors, and the real run passes as without the step."""
+    from harness.gate import compile_ahead
+    from scenarios import get_scenario
+
+    cases = [(n, {**o, "backend": "torch,triton", "device": "cuda"}) for n, o in CASES]
+    planned = [(get_scenario(n), c) for n, o in cases for c in get_scenario(n).plan(o)]
+    jobs, failures = compile_ahead(planned, "cuda", {})
+    assert jobs > 0 and failures == []
+    outcome = run_gate(device="cuda", backends="torch,triton", cases=CASES, out_root=tmp_path)
+    assert outcome.passed, outcome.lines
