@@ -22,7 +22,6 @@ comparison and per expected variant, named by case and contract.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -146,22 +145,23 @@ def compile_ahead(planned: list[tuple[Any, Any]], device: str, ceilings: dict,
     """Compile every Triton specialization the gate's cases will launch, in parallel processes, before
     running any of them (measured on an H200: the cold model gate spent ~150 of its 178 s compiling, one
     specialization after another). Each case's Triton variants run once with launches recorded and
-    skipped (kernels/common/precompile.py), in a context that writes nothing; the records compile in
-    forked workers into Triton's cache, where the real run finds them. A case that raises here (its
-    outputs are garbage by design) just contributes what it launched before; the real run compiles
-    anything missed on first launch, as without this step. Returns (specializations recorded, the compile
-    errors: each fails again, reported, when the real run launches it)."""
+    skipped (kernels/common/precompile.py) through the scenario's `launch` (its rollouts' first rounds,
+    nothing compared: a first version that ran the whole case compared garbage for minutes), in a
+    context that writes nothing; the records compile in forked workers into Triton's cache, where the
+    real run finds them. A case that raises here (its outputs are garbage by design) just contributes
+    what it launched before; scenarios without `launch` (pages, restores: few kernels) and anything
+    missed compile on first launch in the real run, as without this step. Returns (specializations
+    recorded, the compile errors: each fails again, reported, when the real run launches it)."""
     from kernels.common.precompile import collect_compiles, compile_all
 
     tick = (progress or (lambda d, t: (lambda: None)))("gate compiles", 2)
     throwaway, _ = make_context(device, 0, dict(ceilings), None, scenario="gate", time_cases=False)
     with collect_compiles() as jobs:
         for scenario, case in planned:
-            backends = getattr(case, "backends", ())
-            if "triton" not in backends:
+            if "triton" not in getattr(case, "backends", ()) or not hasattr(scenario, "launch"):
                 continue
             try:
-                scenario.run(dataclasses.replace(case, backends=("triton",)), throwaway)
+                scenario.launch(case, throwaway)
             except Exception:  # noqa: BLE001 - see the docstring: the real run reports real errors
                 pass
     tick()

@@ -181,8 +181,25 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     return result
 
 
-def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> float:
-    """One variant over the whole rollout on its own pool; returns its measured bytes per request."""
+def launch_rollouts(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> None:
+    """Every Triton variant of the case over the first rounds of its rollout, nothing compared, dumped or
+    timed: the launches a compile-ahead pass records (harness/gate.py). `2 Lh + 4` rounds reach every
+    specialization the whole rollout launches (replay's ring overflows and folds well within them)."""
+    rounds = min(wl.rounds, 2 * case.history_len + 4)
+    for v in case.variants:
+        if v.backend != "triton":
+            continue
+        try:
+            MODES[v.mode]._validate_config(wl.geom, v.config(case, ctx.device, 1))
+        except ValueError:
+            continue  # unsupported: the real run says so
+        _rollout(v, case, wl, ctx, None, rounds)
+
+
+def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons | None,
+             rounds: int | None = None) -> float:
+    """One variant over the whole rollout on its own pool (its first `rounds` rounds, without comparisons
+    when `comparisons` is None); returns its measured bytes per request."""
     g, n = wl.geom, wl.batch
     st = make_state(g, wl.params, v.config(case, ctx.device, n + SPARE_SLOTS))
     _use_tuned_configs(st, ctx, n)
@@ -194,7 +211,8 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     measured = st.measured_bytes_per_request()
     shown = slots[: snapshot_requests(case, n)]
     advance = ctx.progress(f"{case.scenario} {case.preset} batch {n}: {label(v)}", wl.rounds)
-    for r in range(wl.rounds):
+    rounds = wl.rounds if rounds is None else rounds
+    for r in range(rounds):
         widths, accepted = wl.widths(r), wl.accepted(r)
         valid = int(widths.long().sum())  # packed rows: every request's tokens follow the previous one's
         st.begin_round(slots, widths)
@@ -205,6 +223,9 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
                 outs = o.new_empty((g.layers, *o.shape))
             outs[layer] = o
         st.accept(accepted)
+        if comparisons is None:
+            st.snapshot(shown)  # its launches, nothing to compare
+            continue
         comparisons.outputs(v, r, outs, widths)
         snap = None
         if (r + 1) % case.snapshot_every == 0 or r == wl.rounds - 1:
@@ -213,6 +234,8 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
         if ctx.dump_dir:
             _dump(ctx.dump_dir, case, v, r, outs, snap, widths, accepted)
         advance()
+    if comparisons is None:
+        return measured
     after = st.slot_rows(spare)
     for name, t in before.items():
         # compared as bit patterns: the spare rows hold whatever bits were there (random ones include NaN

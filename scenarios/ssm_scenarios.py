@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from scenarios.base import CaseMemory, CaseResult, RunContext
-from scenarios.ssm_engine import SSMCase, run_ssm_case
+from scenarios.ssm_engine import SSMCase, launch_rollouts, run_ssm_case
 from scenarios.ssm_memory import ssm_case_memory
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_workload import AcceptModel, SSMWorkload, build_workload
@@ -43,6 +43,10 @@ class Decode:
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
 
+    def launch(self, case: SSMCase, ctx: RunContext) -> None:
+        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
+        launch_rollouts(case, workload_for(case, ctx), ctx)
+
     def memory(self, case: SSMCase, device: str) -> CaseMemory:
         return ssm_case_memory(case, device)
 
@@ -60,6 +64,10 @@ class MtpFixed:
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def launch(self, case: SSMCase, ctx: RunContext) -> None:
+        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
+        launch_rollouts(case, workload_for(case, ctx), ctx)
 
     def memory(self, case: SSMCase, device: str) -> CaseMemory:
         return ssm_case_memory(case, device)
@@ -79,6 +87,10 @@ class MtpDynamic:
 
     def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
         return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def launch(self, case: SSMCase, ctx: RunContext) -> None:
+        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
+        launch_rollouts(case, workload_for(case, ctx), ctx)
 
     def memory(self, case: SSMCase, device: str) -> CaseMemory:
         return ssm_case_memory(case, device)

@@ -21,11 +21,12 @@ export TRITON_INTERPRET=0
 status=0
 times="$OUT/gpu-gate-times.txt"
 : > "$times"
+STEP_TIMEOUT=${STEP_TIMEOUT:-900}  # seconds a step may take before it is stopped and counted as failed
 step() {
   local name=$1; shift
   local start=$SECONDS
   echo "== $(date +%T) $name: $*"
-  "$@" || { echo "FAILED: $name"; status=1; }
+  timeout "$STEP_TIMEOUT" "$@" || { echo "FAILED ($?): $name"; status=1; }
   echo "$name $((SECONDS - start)) s" | tee -a "$times"
 }
 step gate-tiny $PY -m harness gate --device cuda --shapes tiny --junit "$OUT/gate-tiny.xml" --out "$OUT"

@@ -211,3 +211,19 @@ def test_gate_compiles_ahead_in_parallel_and_still_passes(tmp_path):
     assert jobs > 0 and failures == []
     outcome = run_gate(device="cuda", backends="torch,triton", cases=CASES, out_root=tmp_path)
     assert outcome.passed, outcome.lines
+
+
+def test_a_scenario_launch_runs_its_triton_rollouts_and_compares_nothing(monkeypatch):
+    """What the compile-ahead pass records from: every Triton variant's first rounds, no comparison made."""
+    from harness.runner import make_context
+    from scenarios import get_scenario
+
+    scenario = get_scenario("mtp-fixed")
+    (case,) = scenario.plan({**CASES[0][1], "backend": "torch,triton", "rounds": 2})
+    ctx, report = make_context("cpu", 0, {}, None, scenario="gate", time_cases=False)
+    ran = []
+    original = ssm_engine._rollout
+    monkeypatch.setattr(ssm_engine, "_rollout", lambda v, *a, **k: ran.append(v) or original(v, *a, **k))
+    scenario.launch(case, ctx)
+    assert {v.backend for v in ran} == {"triton"} and len(ran) == len([v for v in case.variants if v.backend == "triton"])
+    assert not report.comparisons
