@@ -219,7 +219,9 @@ def test_a_scenario_launch_runs_its_triton_rollouts_and_compares_nothing(monkeyp
     from scenarios import get_scenario
 
     scenario = get_scenario("mtp-fixed")
-    (case,) = scenario.plan({**CASES[0][1], "backend": "torch,triton", "rounds": 2})
+    # two Triton variants, one round: the interpreter is slow, and deferred's snapshot launches a commit too
+    (case,) = scenario.plan({**CASES[0][1], "backend": "torch,triton", "rounds": 1, "modes": "native,compact",
+                             "compact_commit": "deferred"})
     ctx, report = make_context("cpu", 0, {}, None, scenario="gate", time_cases=False)
     ran = []
     original = ssm_engine._rollout
