@@ -349,7 +349,8 @@ def _restart_interpreted(command: str, note: str = "") -> None:
 def autotune_cmd(
     target: Annotated[str, typer.Argument(help="ssm (state-mode kernels) | pages (KV page kernels)")],
     preset: Annotated[str | None, typer.Option(help="model geometry (default: the target's tiny preset)")] = None,
-    batch: Batch = None,
+    batch: Annotated[str | None, typer.Option(
+        help="comma list of batch sizes, one bucket each (ssm default: 4 on CUDA, 2 on CPU)")] = None,
     device: Device = "cpu",
     drafts: Drafts = None,
     history_len: Annotated[int | None, typer.Option(

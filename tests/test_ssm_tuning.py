@@ -14,6 +14,7 @@ from harness.tune import run_autotune
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("light_runs")  # the rows' configs are the subject, not their times
 def test_tune_then_run_uses_the_cache(tmp_path, monkeypatch):
     original = ssm_tuning.tuning_jobs
 
