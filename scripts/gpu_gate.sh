@@ -31,5 +31,7 @@ step() {
 }
 step gate-tiny $PY -m harness gate --device cuda --shapes tiny --junit "$OUT/gate-tiny.xml" --out "$OUT"
 step gate-model $PY -m harness gate --device cuda --shapes model --junit "$OUT/gate-model.xml" --out "$OUT"
-step pytest-cuda $PY -m pytest -q -m cuda -rs -p no:cacheprovider --junitxml "$OUT/pytest-cuda.xml" tests
+# test_notebook.py holds no CUDA test and imports jupyter packages a GPU box's python need not have
+step pytest-cuda $PY -m pytest -q -m cuda -rs -p no:cacheprovider --junitxml "$OUT/pytest-cuda.xml" tests \
+  --ignore=tests/test_notebook.py
 exit $status
