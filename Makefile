@@ -5,7 +5,7 @@ HARNESS := .venv/bin/harness
 .PHONY: setup test test-slow gate decode gpu-gate gpu-bench gpu-pd-dist
 
 setup:
-	python3 -m venv .venv && .venv/bin/pip install --no-compile torch==2.13.0 -e '.[dev]'
+	python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[dev]'
 
 test:
 	$(PY) -m pytest -q -n 2
