@@ -144,22 +144,21 @@ def default_backends(device: str) -> list[str]:
     return ["torch", "triton"] if device.startswith("cuda") or interpreting() else ["torch"]
 
 
-def compile_ahead(planned: list[tuple[Any, Any]], device: str, ceilings: dict,
+def compile_ahead(planned: list[tuple[Any, Any]], device: str,
                   progress: Callable[[str, int], Callable[[], None]] | None = None) -> tuple[int, list[str]]:
-    """Compile every Triton specialization the gate's cases will launch, in parallel processes, before
-    running any of them (measured on an H200: the cold model gate spent ~150 of its 178 s compiling, one
-    specialization after another). Each case's Triton variants run once with launches recorded and
-    skipped (kernels/common/precompile.py) through the scenario's `launch` (its rollouts' first rounds,
-    nothing compared: a first version that ran the whole case compared garbage for minutes), in a
-    context that writes nothing; the records compile in forked workers into Triton's cache, where the
-    real run finds them. A case that raises here (its outputs are garbage by design) just contributes
-    what it launched before; scenarios without `launch` (pages, restores: few kernels) and anything
-    missed compile on first launch in the real run, as without this step. Returns (specializations
-    recorded, the compile errors: each fails again, reported, when the real run launches it)."""
+    """Compile every Triton specialization the gate's SSM cases launch, in parallel processes, before
+    running any of them (Triton otherwise compiles each on its first launch, one after another).
+
+    Each case's `launch` runs the first rounds of its Triton variants with launches recorded and skipped
+    (kernels/common/precompile.py), nothing compared, in a context that writes nothing; the records
+    compile in forked workers into Triton's cache, where the real run finds them. A case that raises here
+    (its outputs are garbage by design) contributes what it launched before; scenarios without `launch`
+    (pages, restores) and anything missed compile on first launch in the real run, as without this step.
+    Returns (specializations recorded, compile errors: each fails again, reported, in the real run)."""
     from kernels.common.precompile import collect_compiles, compile_all
 
-    tick = (progress or (lambda d, t: (lambda: None)))("gate compiles", 2)
-    throwaway, _ = make_context(device, 0, dict(ceilings), None, scenario="gate", time_cases=False)
+    throwaway, _ = make_context(device, 0, {}, None, scenario="gate", time_cases=False, progress=progress)
+    tick = throwaway.progress("gate compiles", 2)
     with collect_compiles() as jobs:
         for scenario, case in planned:
             if "triton" not in getattr(case, "backends", ()) or not hasattr(scenario, "launch"):
@@ -234,8 +233,8 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
                                    clock=clock, repro=repro)
         if device.startswith("cuda") and "triton" in chosen:
             with clock.phase("compile"):
-                compile_ahead(planned, device, ceilings, progress)
-        tick = (progress or (lambda d, t: (lambda: None)))("gate cases", len(planned))
+                compile_ahead(planned, device, progress)
+        tick = ctx.progress("gate cases", len(planned))
         for scenario, case in planned:
             result = run_case(scenario, case, ctx, clock)
             writer.add_rows(result.rows)

@@ -32,6 +32,7 @@ from scenarios.base import CaseResult, RunContext
 from scenarios.ssm_workload import SSMWorkload
 from states import MODES, SSMState, StateConfig, make_state
 from states.base import DTYPE_NAMES, MODE_VARIANTS
+from states.geometry import SSMGeometry
 
 SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
 # Runs compare accepted states for at most this many requests (all outputs are); the gate asks for all of
@@ -138,10 +139,9 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     for v in variants:
         if v.backend == "fla":
             continue  # the fla baseline is a timing row after the modes (see _fla_row)
-        try:
-            MODES[v.mode]._validate_config(g, v.config(case, ctx.device, 1))
-        except ValueError as e:
-            status[v] = ("unsupported", str(e))
+        why = _unsupported(v, case, g, ctx.device)
+        if why:
+            status[v] = ("unsupported", why)
             continue
         with ctx.oom_guard() as guard, ctx.phase("rollout"):
             measured[v] = _rollout(v, case, wl, ctx, comparisons)
@@ -187,13 +187,17 @@ def launch_rollouts(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> None:
     specialization the whole rollout launches (replay's ring overflows and folds well within them)."""
     rounds = min(wl.rounds, 2 * case.history_len + 4)
     for v in case.variants:
-        if v.backend != "triton":
-            continue
-        try:
-            MODES[v.mode]._validate_config(wl.geom, v.config(case, ctx.device, 1))
-        except ValueError:
-            continue  # unsupported: the real run says so
-        _rollout(v, case, wl, ctx, None, rounds)
+        if v.backend == "triton" and not _unsupported(v, case, wl.geom, ctx.device):  # the real run says why
+            _rollout(v, case, wl, ctx, None, rounds)
+
+
+def _unsupported(v: Variant, case: SSMCase, g: SSMGeometry, device: str) -> str:
+    """Why no pool of this variant exists for the case (compact without drafts, say), or "" if one does."""
+    try:
+        MODES[v.mode]._validate_config(g, v.config(case, device, 1))
+    except ValueError as e:
+        return str(e)
+    return ""
 
 
 def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons | None,

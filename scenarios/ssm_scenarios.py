@@ -26,10 +26,25 @@ def workload_for(case: SSMCase, ctx: RunContext) -> SSMWorkload:
     )
 
 
-class Decode:
+class _Rollouts:
+    """What the three scenarios share: a case is a rollout of the workload (`run_ssm_case`)."""
+
+    families = ("gdn", "kda")
+
+    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
+        return run_ssm_case(case, workload_for(case, ctx), ctx)
+
+    def launch(self, case: SSMCase, ctx: RunContext) -> None:
+        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
+        launch_rollouts(case, workload_for(case, ctx), ctx)
+
+    def memory(self, case: SSMCase, device: str) -> CaseMemory:
+        return ssm_case_memory(case, device)
+
+
+class Decode(_Rollouts):
     name = "decode"
     help = "Width-1 decode for every request, many rounds (long enough to cross several replay folds)."
-    families = ("gdn", "kda")
 
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         if options.get("drafts"):
@@ -40,21 +55,10 @@ class Decode:
                              "verifies one token; run it with mtp-fixed or mtp-dynamic")
         return cases
 
-    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
-        return run_ssm_case(case, workload_for(case, ctx), ctx)
 
-    def launch(self, case: SSMCase, ctx: RunContext) -> None:
-        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
-        launch_rollouts(case, workload_for(case, ctx), ctx)
-
-    def memory(self, case: SSMCase, device: str) -> CaseMemory:
-        return ssm_case_memory(case, device)
-
-
-class MtpFixed:
+class MtpFixed(_Rollouts):
     name = "mtp-fixed"
     help = "Every request verifies W = 1 + S tokens per round, then accepts a prefix (--accept)."
-    families = ("gdn", "kda")
 
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         cases = plan_ssm(self.name, options, drafts_default=3, dynamic=False, accept_default="geometric:0.7")
@@ -62,35 +66,14 @@ class MtpFixed:
             raise ValueError("--drafts: mtp-fixed needs --drafts >= 1 (use decode for width-1 rounds)")
         return cases
 
-    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
-        return run_ssm_case(case, workload_for(case, ctx), ctx)
 
-    def launch(self, case: SSMCase, ctx: RunContext) -> None:
-        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
-        launch_rollouts(case, workload_for(case, ctx), ctx)
-
-    def memory(self, case: SSMCase, device: str) -> CaseMemory:
-        return ssm_case_memory(case, device)
-
-
-class MtpDynamic:
+class MtpDynamic(_Rollouts):
     name = "mtp-dynamic"
     help = ("Each request verifies its own width in [0, 1 + S] each round (0 = idle padding row), packed "
             "varlen with fixed tensor shapes so one CUDA graph serves every round.")
-    families = ("gdn", "kda")
 
     def plan(self, options: dict[str, Any]) -> list[SSMCase]:
         cases = plan_ssm(self.name, options, drafts_default=3, dynamic=True, accept_default="geometric:0.7")
         if cases and cases[0].drafts < 1:
             raise ValueError("--drafts: mtp-dynamic needs --drafts >= 1")
         return cases
-
-    def run(self, case: SSMCase, ctx: RunContext) -> CaseResult:
-        return run_ssm_case(case, workload_for(case, ctx), ctx)
-
-    def launch(self, case: SSMCase, ctx: RunContext) -> None:
-        """The case's Triton launches alone (a compile-ahead pass records them): `launch_rollouts`."""
-        launch_rollouts(case, workload_for(case, ctx), ctx)
-
-    def memory(self, case: SSMCase, device: str) -> CaseMemory:
-        return ssm_case_memory(case, device)

@@ -207,7 +207,7 @@ def test_gate_compiles_ahead_in_parallel_and_still_passes(tmp_path):
 
     cases = [(n, {**o, "backend": "torch,triton", "device": "cuda"}) for n, o in CASES]
     planned = [(get_scenario(n), c) for n, o in cases for c in get_scenario(n).plan(o)]
-    jobs, failures = compile_ahead(planned, "cuda", {})
+    jobs, failures = compile_ahead(planned, "cuda")
     assert jobs > 0 and failures == []
     outcome = run_gate(device="cuda", backends="torch,triton", cases=CASES, out_root=tmp_path)
     assert outcome.passed, outcome.lines
