@@ -25,6 +25,7 @@ from rich.console import Console
 from harness.progress import progress_reporter
 from harness.repro import CliOption, Repro
 from harness.usage import OneLineUsage
+from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, rich_markup_mode=None, add_completion=False, cls=OneLineUsage)
 run_app = typer.Typer(help="Run one scenario: compare every mode and backend, then time them.", no_args_is_help=True)
@@ -64,8 +65,10 @@ CompactCommit = Annotated[str | None, typer.Option(
     help="comma list of compact variants (default both): accept (commit replays the accepted records in one launch at accept) | "
          "deferred (the next forward of each layer applies them from the tile it loads anyway)")]
 ReplayForward = Annotated[str | None, typer.Option(
-    help="comma list of replay forward variants (default both): inline (token by token) | precompute (the round's projections "
-         "as matrix products on tensor cores; compared by tolerance only)")]
+    help="comma list of replay forward variants (default inline,precompute): inline (token by token) | precompute (the round's "
+         f"products on tensor cores at {DEFAULT_PRECISION}, fp32-contract accuracy; outputs compared by tolerance only) | "
+         f"{' | '.join('precompute-' + p for p in PRECISIONS if p != DEFAULT_PRECISION)} (the same at that dot precision; "
+         "tf32 is outside the fp32 contract and reported beside)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Gates = Annotated[str | None, typer.Option(
     help="gate inputs (default random): random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "

@@ -318,8 +318,10 @@ class _Comparisons:
         if rel == "mode" and v.mode == "compact":
             return {"contract": "1", "policy": "bitwise"}
         if rel == "mode":
-            return {"contract": "2", "policy": "rms", "tolerance": tolerances.replay_output_rms(self.family, sd, hd)}
-        return {"contract": "3", "policy": "rms", "tolerance": tolerances.backend_rms(self.family, sd)}
+            bound = tolerances.replay_output_rms(self.family, sd, hd)
+            return {"contract": "2", "policy": "rms", "tolerance": tolerances.variant_output_rms(v.variant, bound)}
+        bound = tolerances.backend_rms(self.family, sd)
+        return {"contract": "3", "policy": "rms", "tolerance": tolerances.variant_output_rms(v.variant, bound)}
 
     def _each(self, a: torch.Tensor, b: torch.Tensor, **kw) -> list[Any]:
         """One comparison per layer (dim 0 of `a` and `b`), reduced together."""
@@ -346,7 +348,9 @@ class _Comparisons:
             rows = sum(w[: self.ref.checked])
             self._add_layers(("o", v, "ref"), v, r,
                              self._each(outs[:, :rows], ref, name="o", lhs=label(v), rhs="fp64-reference",
-                                        contract="3", policy="rms", tolerance=self._ref_tol(v), dims=OUT_DIMS), w)
+                                        contract="3", policy="rms",
+                                        tolerance=tolerances.variant_output_rms(v.variant, self._ref_tol(v)),
+                                        dims=OUT_DIMS), w)
         if v in self.keep:
             self.outs[(v, r)] = outs
 

@@ -42,6 +42,12 @@ BF16_REPLAY_OUTPUT_RMS = {"gdn": 5e-2, "kda": 5e-2}
 # tokens; triton vs torch 3.9e-3 after 256 and still growing, so the same bound).
 BF16_BACKEND_RMS = {"gdn": 5e-2, "kda": 5e-2}
 
+# Replay's tensor-core variants (kernels/ssm/replay_precompute.py) at a precision that cannot keep the fp32
+# contract (plain TF32, ~1e-3 a product: SPEC §5, tensor-core variants): their outputs are judged against a
+# bound measured on an H200, about 10x the worst (round, layer) seen, by variant name. Every other precompute
+# precision is held to the bounds above, and their folded states stay bitwise (the fold is native's step).
+TENSOR_CORE_OUTPUT_RMS: dict[str, float] = {}
+
 # The fla baseline writes outputs in the activation dtype (bf16): about one bf16 ULP relative, 2 ULPs bound.
 REPLAY_OUTPUT_RMS_BF16 = 2 * 2.0**-8
 
@@ -67,3 +73,9 @@ def backend_rms(family: str, state_dtype: torch.dtype) -> float:
     restores across modes): both sides implement §2 in fp32 and differ in reduction order or in when they
     round to bf16."""
     return FP32_RMS if state_dtype == torch.float32 else BF16_BACKEND_RMS[family]
+
+
+def variant_output_rms(variant: str, bound: float) -> float:
+    """The output bound of a comparison of `variant`: `bound`, or the variant's own measured bound where its
+    products are outside the fp32 contract (`TENSOR_CORE_OUTPUT_RMS`)."""
+    return max(bound, TENSOR_CORE_OUTPUT_RMS.get(variant, 0.0))

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import env, timing  # noqa: E402
 from kernels.common.precompile import collect_compiles, compile_all  # noqa: E402
-from kernels.ssm.configs import NATIVE_VERIFY, config_space, default_config  # noqa: E402
+from kernels.ssm.configs import NATIVE_VERIFY, REPLAY_PRECOMPUTE, config_axes, config_space, default_config  # noqa: E402
+from scenarios.ssm_kernels import CASES as SWEPT  # noqa: E402
 from scenarios.ssm_kernels import kernel_cases as ssm_kernel_cases  # noqa: E402
 from states.params import make_params, make_token_inputs  # noqa: E402
 from states.presets import get_ssm_preset  # noqa: E402
@@ -39,21 +40,49 @@ from states.presets import get_ssm_preset  # noqa: E402
 DEVICE = "cuda"  # --device cpu (with TRITON_INTERPRET=1 and a tiny preset) only smoke-tests the script
 
 
-def kernel_cases(geom, params, n: int, drafts: int, state_dtype: torch.dtype, step: dict):
-    """(name, callable, bytes) of every kernel at batch n with the token-step config `step` (and each
-    kernel's default where `step` is not in its space: the conv, the precompute forward below BV 16)."""
-    dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
-    out = []
-    cases = ssm_kernel_cases(geom, params, batch=n, drafts=drafts, state_dtype=state_dtype, device=DEVICE)
-    if drafts:
+def kernel_cases(geom, params, n: int, drafts: int, state_dtype: torch.dtype, names: tuple[str, ...],
+                 precision: str = ""):
+    """The scenarios/ssm_kernels.py cases of `names` at batch n (plus `decode`), pools built once;
+    `precision` sets the precompute forward's dot precision (its default when empty)."""
+    cases = ssm_kernel_cases(geom, params, batch=n, drafts=drafts, state_dtype=state_dtype, device=DEVICE,
+                             names=names, precision=precision)
+    if drafts and "decode" in names:
         cases += [replace(c, name="decode") for c in ssm_kernel_cases(geom, params, batch=n, drafts=0,
                                                                          state_dtype=state_dtype, device=DEVICE,
                                                                          names=(NATIVE_VERIFY,))]
-    for case in cases:
-        # the swept config where the kernel takes it, else its default (the conv; the precompute below BV 16)
-        config = step if step in config_space(case.kernel, **dims) else default_config(case.kernel, **dims)
-        out.append((case.name, (lambda c=case, cfg=config: c.run(cfg)), case.moved_bytes))
-    return out
+    return cases
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def _configs(args, geom, kernel: str) -> list[dict]:
+    """The asked BV x num_warps (x BK x num_stages, which only the precompute forward takes) grid narrowed
+    to `kernel`'s axes and space, each config once; the kernel's default where none of the grid is in it
+    (the conv; the precompute below BV 16)."""
+    dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
+    space = config_space(kernel, **dims)
+    out: list[dict] = []
+    for bv, nw, bk, ns in itertools.product(_ints(args.bv), _ints(args.warps), _ints(args.bk), _ints(args.stages)):
+        point = {"BV": bv, "num_warps": nw, "BK": bk, "num_stages": ns}
+        config = {k: point[k] for k in config_axes(kernel) if k in point}
+        if config in space and config not in out:
+            out.append(config)
+    return out or [default_config(kernel, **dims)]
+
+
+def sweep(args, geom, params, sd, n: int, keep: set[str]):
+    """(name, precision, config, run, bytes) of every kernel, config and (for the precompute forward)
+    precision at batch n; the token-step kernels are timed once, not once per precision."""
+    names = tuple(keep) if keep else (*SWEPT, "decode")
+    for i, prec in enumerate(_precisions(args)):
+        wanted = names if i == 0 else tuple(nm for nm in names if nm.startswith("replay-precompute"))
+        for case in kernel_cases(geom, params, n, args.drafts, sd, wanted, prec):
+            label = prec if case.kernel == REPLAY_PRECOMPUTE else ""
+            for config in _configs(args, geom, case.kernel):
+                yield case.name, label, config, (lambda c=case, cfg=config: c.run(cfg)), case.moved_bytes
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
 
 
 def fla_cases(geom, params, n: int, state_dtype: torch.dtype):
@@ -90,25 +119,24 @@ def _setup(args):
     return geom, params, sd
 
 
-def _configs(args, geom) -> list[dict]:
-    """The asked BV x num_warps grid, less what the step config space prunes (4..128 values a thread)."""
-    space = config_space(NATIVE_VERIFY, head_k_dim=geom.head_k_dim, head_v_dim=geom.head_v_dim, conv_dim=geom.conv_dim)
-    grid = [{"BV": bv, "num_warps": nw, "num_stages": 1}
-            for bv, nw in itertools.product((int(b) for b in args.bv.split(",")), (int(w) for w in args.warps.split(",")))]
-    return [c for c in grid if c in space]
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
 
 
-def precompile(args, geom, params, sd, batches: list[int]) -> None:
-    """Compile every (batch, config, kernel) in `args.jobs` processes first: the timing pass then loads the
-    kernels from Triton's cache instead of compiling them one at a time (device time is for measuring)."""
+def precompile(args, geom, params, sd, batches: list[int], keep: set[str]) -> None:
+    """Compile every (batch, kernel, config, precision) in `args.jobs` processes first: the timing pass then
+    loads the kernels from Triton's cache instead of compiling them one at a time (device time is for measuring)."""
     with collect_compiles() as jobs:
         for n in batches:
-            for step in _configs(args, geom):
-                for _, fn, _ in kernel_cases(geom, params, n, args.drafts, sd, step):
-                    fn()
+            for *_, run, _ in sweep(args, geom, params, sd, n, keep):
+                run()
     seconds, failures = compile_all(jobs, args.jobs)
     print(f"precompiled {len(jobs)} kernels in {seconds:.0f}s ({len(failures)} failed: timed below as errors)",
           file=sys.stderr, flush=True)
+
+
+def _precisions(args) -> list[str]:
+    return [p for p in args.precision.split(",")] if args.precision else [""]
 
 
 def main() -> None:
@@ -119,6 +147,10 @@ def main() -> None:
     ap.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--bv", default="8,16,32")
     ap.add_argument("--warps", default="1,2,4")
+    ap.add_argument("--bk", default="32", help="K chunks of the precompute forward")
+    ap.add_argument("--stages", default="1", help="num_stages of the precompute forward")
+    ap.add_argument("--precision", default="", help="comma list of the precompute forward's dot precisions "
+                    "(default: its default; e.g. ieee,tf32x3,bf16x3,bf16x6,tf32)")
     ap.add_argument("--kernels", default="", help="comma list to keep (default: all)")
     ap.add_argument("--out", default="kernels.csv")
     ap.add_argument("--device", default="cuda")
@@ -129,37 +161,36 @@ def main() -> None:
     torch.manual_seed(0)
     geom, params, sd = _setup(args)
     batches = [int(b) for b in args.batch.split(",")]
+    keep = set(filter(None, args.kernels.split(",")))
     if args.jobs > 1 and DEVICE == "cuda":
-        precompile(args, geom, params, sd, batches)
+        precompile(args, geom, params, sd, batches, keep)
     ceilings = env.measure_ceilings(DEVICE)
     ceiling = ceilings.get("d2d-copy", ceilings.get("cpu-memcpy"))["gbps"]
-    keep = set(filter(None, args.kernels.split(",")))
     rows = []
     t0 = time.time()
     for n in batches:
-        for step in _configs(args, geom):
-            bv, nw = step["BV"], step["num_warps"]
-            for name, fn, moved in kernel_cases(geom, params, n, args.drafts, sd, step):
-                if keep and name not in keep:
-                    continue
-                try:
-                    t = timing.bench(fn, device=DEVICE, warmup=3, rep=20 if DEVICE == "cuda" else 2)
-                except Exception as e:  # noqa: BLE001 - a config that does not compile is a row, not a crash
-                    rows.append(dict(kernel=name, batch=n, BV=bv, warps=nw, status=f"{type(e).__name__}"))
-                    continue
-                gbps = moved / (t.median_us * 1e-6) / 1e9
-                rows.append(dict(kernel=name, batch=n, BV=bv, warps=nw, status="ok", median_us=round(t.median_us, 2),
-                                 p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2), bytes=int(moved),
-                                 gbps=round(gbps, 1), ceiling_pct=round(100 * gbps / ceiling, 1)))
-            torch.cuda.empty_cache()
-        for name, fn, moved in fla_cases(geom, params, n, sd):
+        for name, prec, cfg, fn, moved in sweep(args, geom, params, sd, n, keep):
+            label = dict(kernel=name, batch=n, BV=cfg.get("BV", cfg.get("BC")), warps=cfg["num_warps"],
+                         BK=cfg.get("BK", ""), stages=cfg["num_stages"], precision=prec)
+            try:
+                t = timing.bench(fn, device=DEVICE, warmup=3, rep=20 if DEVICE == "cuda" else 2)
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is a row, not a crash
+                rows.append(dict(**label, status=f"{type(e).__name__}"))
+                continue
+            gbps = moved / (t.median_us * 1e-6) / 1e9
+            rows.append(dict(**label, status="ok", median_us=round(t.median_us, 2), p20_us=round(t.p20_us, 2),
+                             p80_us=round(t.p80_us, 2), bytes=int(moved), gbps=round(gbps, 1),
+                             ceiling_pct=round(100 * gbps / ceiling, 1)))
+        for name, fn, moved in (fla_cases(geom, params, n, sd) if not keep or "fla-decode" in keep else []):
             t = timing.bench(fn, device=DEVICE, warmup=3, rep=20 if DEVICE == "cuda" else 2)
             gbps = moved / (t.median_us * 1e-6) / 1e9
-            rows.append(dict(kernel=name, batch=n, BV=8, warps=1, status="ok", median_us=round(t.median_us, 2),
+            rows.append(dict(kernel=name, batch=n, BV=8, warps=1, BK="", stages="", precision="", status="ok",
+                             median_us=round(t.median_us, 2),
                              p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2), bytes=int(moved),
                              gbps=round(gbps, 1), ceiling_pct=round(100 * gbps / ceiling, 1)))
         print(f"batch {n} done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
-    fields = ["kernel", "batch", "BV", "warps", "status", "median_us", "p20_us", "p80_us", "bytes", "gbps", "ceiling_pct"]
+    fields = ["kernel", "batch", "BV", "warps", "BK", "stages", "precision", "status", "median_us", "p20_us", "p80_us",
+              "bytes", "gbps", "ceiling_pct"]
     manifest = env.manifest(["scripts/bench_kernels.py", *sys.argv[1:]], 0, DEVICE, ceilings)
     Path(args.out).with_suffix(".manifest.json").write_text(json.dumps(manifest, indent=1, default=str))
     with open(args.out, "w", newline="") as f:
@@ -170,11 +201,13 @@ def main() -> None:
     best: dict[tuple, dict] = {}
     for r in rows:
         if r["status"] == "ok":
-            k = (r["kernel"], r["batch"])
+            k = (r["kernel"], r["precision"], r["batch"])
             if k not in best or r["median_us"] < best[k]["median_us"]:
                 best[k] = r
-    for (name, n), r in sorted(best.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        print(f"  b{n:<4} {name:<12} {r['median_us']:>9.1f} us  {r['ceiling_pct']:>5.1f}%  BV{r['BV']} w{r['warps']}")
+    for (name, prec, n), r in sorted(best.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+        extra = f" BK{r['BK']} s{r['stages']}" if r["BK"] != "" else ""
+        print(f"  b{n:<4} {name + (':' + prec if prec else ''):<28} {r['median_us']:>9.1f} us  {r['ceiling_pct']:>5.1f}%"
+              f"  BV{r['BV']} w{r['warps']}{extra}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ and gate inputs, over >= 1024-token rollouts (SPEC §5). Prints one markdown tab
 to 1.0 while measuring so nothing stops early.
 
     python scripts/measure_bounds.py [--backend torch|triton] [--families gdn,kda] [--geometry tiny|k128]
+        [--device cuda] [--modes native,replay] [--replay-forward inline,precompute,precompute-tf32]
 
 `k128` measures one layer at model head size (K = V = 128, GDN 1 key / 2 value heads, KDA 2 heads), where
 each reduction is 8x longer than at tiny shapes.
@@ -43,6 +44,9 @@ def main() -> None:
     ap.add_argument("--state-dtypes", default="bf16,fp32")
     ap.add_argument("--gates", default="long-memory,random")
     ap.add_argument("--tokens", type=int, default=1024)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--modes", default="", help="comma list of modes (default: all)")
+    ap.add_argument("--replay-forward", default="", help="comma list of replay variants (default: the run's)")
     args = ap.parse_args()
     tolerances.BF16_REFERENCE_RMS = LOOSE
     tolerances.BF16_REPLAY_OUTPUT_RMS = {"gdn": 1.0, "kda": 1.0}
@@ -54,7 +58,9 @@ def main() -> None:
         for sd in args.state_dtypes.split(","):
             for gates in args.gates.split(","):
                 base = {"preset": names[fam], "state_dtype": sd, "gates": gates, "backend": args.backend,
-                        "snapshot_every": 1, "snapshot_requests": "all"}
+                        "snapshot_every": 1, "snapshot_requests": "all",
+                        **({"modes": args.modes} if args.modes else {}),
+                        **({"replay_forward": args.replay_forward} if args.replay_forward else {})}
                 cases.append(("decode", {**base, "batch": "2", "rounds": args.tokens, "history_len": 16}))
                 cases.append(("mtp-fixed", {**base, "batch": "2", "drafts": 3, "accept": "all",
                                             "rounds": args.tokens // 4, "history_len": 16}))
@@ -65,7 +71,7 @@ def main() -> None:
                                                 "history_dtype": "bf16"}))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
-        outcome = run_gate(device="cpu", backends=args.backend, cases=cases, out_root=out)
+        outcome = run_gate(device=args.device, backends=args.backend, cases=cases, out_root=out)
         comps = load_run(outcome.path).comparisons
     worst: dict[tuple, float] = defaultdict(float)
     for c in comps:

@@ -38,7 +38,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-CLASSES = ("FFMA", "FMUL", "FADD", "SHFL", "BAR", "LDS", "STS", "LDG", "STG", "LDL", "STL", "MUFU")
+CLASSES = ("FFMA", "FMUL", "FADD", "SHFL", "BAR", "LDS", "STS", "LDG", "STG", "LDL", "STL", "MUFU", "HMMA", "HGMMA")
 _BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
@@ -125,6 +125,9 @@ def main() -> None:
     ap.add_argument("--bv", default="16,32")
     ap.add_argument("--warps", default="1,2,4")
     ap.add_argument("--kernels", default="", help="comma list to keep (default: all but fla-decode)")
+    ap.add_argument("--bk", default="32", help="K chunks of the precompute forward")
+    ap.add_argument("--stages", default="1", help="num_stages of the precompute forward")
+    ap.add_argument("--precision", default="", help="comma list of the precompute forward's dot precisions")
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
     ap.add_argument("--sass-dir", default="", help="also write each kernel's SASS here")
     args = ap.parse_args()
@@ -137,34 +140,32 @@ def main() -> None:
     params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0))
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
     keep = set(filter(None, args.kernels.split(",")))
-    print(f"{'kernel':<12} {'BV':>3} {'w':>2} {'regs':>5} {'spill':>6} {'sass':>6} "
-          + " ".join(f"{c:>5}" for c in CLASSES))
-    for bv, nw in itertools.product((int(b) for b in args.bv.split(",")), (int(w) for w in args.warps.split(","))):
-        step = {"BV": bv, "num_warps": nw, "num_stages": 1}
-        for name, fn, _ in bench.kernel_cases(geom, params, 2, args.drafts, sd, step):
-            if keep and name not in keep:
+    print(f"{'kernel':<26} {'config':<16} {'regs':>5} {'spill':>6} {'sass':>6} " + " ".join(f"{c:>5}" for c in CLASSES))
+    sweep_args = argparse.Namespace(bv=args.bv, warps=args.warps, bk=args.bk, stages=args.stages,
+                                    precision=args.precision, drafts=args.drafts)
+    for name, prec, cfg, fn, _ in bench.sweep(sweep_args, geom, params, sd, 2, keep):
+        tag = f"BV{cfg.get('BV', cfg.get('BC'))}w{cfg['num_warps']}" + (f"k{cfg['BK']}s{cfg['num_stages']}" if "BK" in cfg else "")
+        with Capture(args.arch) as cap:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a config that does not compile is a line, not a crash
+                print(f"{name:<26} {tag:<16} {type(e).__name__}: {str(e).splitlines()[0][:80]}")
                 continue
-            with Capture(args.arch) as cap:
-                try:
-                    fn()
-                except Exception as e:  # noqa: BLE001 - a config that does not compile is a line, not a crash
-                    print(f"{name:<12} {bv:>3} {nw:>2} {type(e).__name__}: {str(e).splitlines()[0][:80]}")
-                    continue
-            for kname, kernel in cap.compiled:
-                cubin = kernel.asm["cubin"]
-                total, ops = sass_counts(cubin)
-                res = resources(cubin)
-                label = name if len(cap.compiled) == 1 else f"{name}:{kname[:6]}"
-                print(f"{label:<12} {bv:>3} {nw:>2} {res['regs']:>5} {res['spill_bytes']:>6} {total:>6} "
-                      + " ".join(f"{ops.get(c, 0):>5}" for c in CLASSES), flush=True)
-                if args.sass_dir:
-                    Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
-                    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                        f.write(cubin)
-                        f.flush()
-                        sass = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True,
-                                              text=True).stdout
-                    Path(args.sass_dir, f"{label.replace(':', '-')}-bv{bv}-w{nw}.sass").write_text(sass)
+        for kname, kernel in cap.compiled:
+            cubin = kernel.asm["cubin"]
+            total, ops = sass_counts(cubin)
+            res = resources(cubin)
+            label = (name if len(cap.compiled) == 1 else f"{name}:{kname[:6]}") + (f":{prec}" if prec else "")
+            print(f"{label:<26} {tag:<16} {res['regs']:>5} {res['spill_bytes']:>6} {total:>6} "
+                  + " ".join(f"{ops.get(c, 0):>5}" for c in CLASSES), flush=True)
+            if args.sass_dir:
+                Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+                    f.write(cubin)
+                    f.flush()
+                    sass = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True,
+                                          text=True).stdout
+                Path(args.sass_dir, f"{label.replace(':', '-')}-{tag}.sass").write_text(sass)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from kernels.gdn.naive import gdn_gate, gdn_step
 from kernels.kda.naive import kda_gate, kda_step
 from kernels.ssm.configs import CONV, Config, check_config, default_configs
 from kernels.ssm.conv import causal_conv_update
+from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
@@ -38,11 +39,16 @@ STATE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ACT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 # Variants of each mode, the default first (SPEC §3). They store and compute differently but keep the
-# mode's contracts: both compact variants equal native bit for bit; both replay variants fold exactly.
+# mode's contracts: both compact variants equal native bit for bit; every replay variant folds exactly.
+# Replay's `precompute` runs its products on tensor cores at the precision that keeps the fp32 contract
+# (kernels/ssm/replay_precompute.py); `precompute-<precision>` names each other precision it can take,
+# measured beside it (plain `tf32` is outside the fp32 contract: SPEC §5, tensor-core variants).
+PRECOMPUTE_PRECISION: dict[str, str] = {
+    "precompute": DEFAULT_PRECISION, **{f"precompute-{p}": p for p in PRECISIONS if p != DEFAULT_PRECISION}}
 MODE_VARIANTS: dict[str, tuple[str, ...]] = {
     "native": ("",),
     "compact": ("accept", "deferred"),
-    "replay": ("inline", "precompute"),
+    "replay": ("inline", *PRECOMPUTE_PRECISION),
 }
 
 

@@ -22,19 +22,20 @@ from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, 
 from kernels.ssm.configs import CONV, REPLAY_FOLD, REPLAY_FORWARD, REPLAY_PRECOMPUTE
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
-from states.base import DTYPE_NAMES, Round, SSMState, StateConfig, _nbytes
+from states.base import DTYPE_NAMES, PRECOMPUTE_PRECISION, Round, SSMState, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
 
 class ReplayState(SSMState):
     """Replay pool. On the triton backend `kernel_configs` holds `{kernel: config}` for the forward
-    (`replay-forward`, which folds inside, or `replay-precompute`), `replay-fold` (snapshots,
-    materialize, and the precompute variant's folds) and `conv`.
+    (`replay-forward` or `replay-precompute`, both fold inside), `replay-fold` (snapshots,
+    materialize) and `conv`.
 
-    Variants: `inline` folds inside each layer's forward; `precompute` runs the round's projections
-    on tensor cores, so a layer's folds run just before it in a fold launch. The torch backend
-    computes both with the same reference formula."""
+    Variants: `inline` walks the round token by token; `precompute` runs the round's products on
+    tensor cores (kernels/ssm/replay_precompute.py), at the precision `PRECOMPUTE_PRECISION` names
+    (`precompute-<precision>` for the others). All fold a row's raw records inside the layer's
+    forward, through native's step. The torch backend computes both with the same reference formula."""
 
     mode = "replay"
 
@@ -53,8 +54,8 @@ class ReplayState(SSMState):
             raise ValueError(f"history length {Lh} is shorter than the verify width W = {cfg.width}")
         if cfg.history_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"history dtype must be fp32 or bf16, got {DTYPE_NAMES.get(cfg.history_dtype)}")
-        if cfg.mode_variant == "precompute" and cfg.backend == "triton":
-            why = precompute_supported(geom.head_k_dim, geom.head_v_dim)
+        if cfg.mode_variant in PRECOMPUTE_PRECISION and cfg.backend == "triton":
+            why = precompute_supported(geom.head_k_dim, geom.head_v_dim, geom.family, cfg.width, geom.lower_bound)
             if why:
                 raise ValueError(why)
 
@@ -78,7 +79,7 @@ class ReplayState(SSMState):
         self.kernel_configs = self._default_kernel_configs()
 
     def kernels(self) -> tuple[str, ...]:
-        forward = REPLAY_PRECOMPUTE if self.cfg.mode_variant == "precompute" else REPLAY_FORWARD
+        forward = REPLAY_PRECOMPUTE if self.cfg.mode_variant in PRECOMPUTE_PRECISION else REPLAY_FORWARD
         return (forward, REPLAY_FOLD, CONV)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
@@ -223,11 +224,11 @@ class ReplayState(SSMState):
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, g = self.params, self.geom
         qkv = self._conv_triton(layer, inputs, rnd)
-        if self.cfg.mode_variant == "precompute":
-            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[REPLAY_FOLD], layer=layer)
+        if self.cfg.mode_variant in PRECOMPUTE_PRECISION:
             return replay_precompute_forward(
                 self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
-                rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
+                rnd.cu_seqlens, self._fold_from, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
+                precision=PRECOMPUTE_PRECISION[self.cfg.mode_variant],
             )
         return replay_forward(
             self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,

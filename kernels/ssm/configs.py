@@ -44,7 +44,10 @@ _STEP_AXES = {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages
 _AXES: dict[str, dict[str, tuple[int, ...]]] = {
     NATIVE_VERIFY: _STEP_AXES, COMPACT_VERIFY: _STEP_AXES, DEFERRED_VERIFY: _STEP_AXES,
     COMPACT_COMMIT: _STEP_AXES, REPLAY_FORWARD: _STEP_AXES, REPLAY_FOLD: _STEP_AXES,
-    REPLAY_PRECOMPUTE: {"BV": (16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2)},
+    # precompute: BV is the tensor cores' M side, BK the K chunk of its reductions (both >= 16); its K loop
+    # carries loads the pipeliner can stage, so num_stages is an axis here
+    REPLAY_PRECOMPUTE: {"BV": (16, 32, 64, 128), "BK": (16, 32, 64), "num_warps": (1, 2, 4, 8),
+                        "num_stages": (1, 2)},
     CONV: {"BC": (32, 64, 128, 256, 512), "num_warps": (1, 2, 4, 8), "num_stages": (1,)},
 }
 KERNELS = tuple(_AXES)
@@ -60,7 +63,7 @@ _PREFERRED: dict[str, Config] = {
     COMPACT_COMMIT: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_FORWARD: {"BV": 64, "num_warps": 2, "num_stages": 1},
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
-    REPLAY_PRECOMPUTE: {"BV": 32, "num_warps": 2, "num_stages": 1},
+    REPLAY_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 2, "num_stages": 1},
     CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
@@ -80,8 +83,18 @@ def _keep(kernel: str, config: Config, head_k_dim: int, head_v_dim: int, conv_di
     widest = max(16 if kernel == REPLAY_PRECOMPUTE else 8, triton.next_power_of_2(head_v_dim))
     if config["BV"] > widest:
         return False
+    if kernel == REPLAY_PRECOMPUTE:  # K chunks of 32 or 64 (16 only where K is that small)
+        chunk, kp = config["BK"], triton.next_power_of_2(head_k_dim)
+        if chunk > max(16, kp) or (chunk < 32 and kp >= 32):
+            return False
     per_thread = triton.next_power_of_2(head_k_dim) * config["BV"] / threads
     return _MIN_PER_THREAD <= per_thread <= _MAX_PER_THREAD
+
+
+def config_axes(kernel: str) -> tuple[str, ...]:
+    """The names a config of `kernel` sets (`BV`, `num_warps`, ...)."""
+    _check_kernel(kernel)
+    return tuple(_AXES[kernel])
 
 
 def config_space(kernel: str, *, head_k_dim: int, head_v_dim: int, conv_dim: int) -> list[Config]:

@@ -1,23 +1,38 @@
-"""Replay's `precompute` forward (SPEC §3): a round's projections as matrix products on tensor cores.
+"""Replay's `precompute` forward (SPEC §3): a round's outputs as matrix products on tensor cores.
 
-The inline forward (kernels/ssm/replay.py) walks the round token by token, reducing the checkpoint
-block and the history registers twice per token. This kernel takes the whole round at once, the way
-LightLLM's precompute mode and fla's chunked kernels do. With `G` the running sum of log gates since
-the checkpoint, `Γ_t` its part inside the round, `E_t = e^{Γ_t}` and `e^{G_c}` the history's total:
+The inline forward (kernels/ssm/replay.py) walks the round token by token and reduces the checkpoint
+block and the history registers twice per token with CUDA-core FMAs. This kernel takes the whole round
+at once, in the transposed form that puts the V block on the tensor cores' M side: with the round's
+normalized keys and queries stacked as the rows of `X = [k_0 .. k_{W-1}; q_0 .. q_{W-1}]`, `G_c` the
+history's gate total, `Γ_t` the round's gates up to token t and `rel_j` the gates after record j,
 
-    PK = (e^{G_c} E ⊙ K) S0        PQ = (e^{G_c} E ⊙ Q) S0               [W, BV], one tl.dot each
-    HK = ((E ⊙ K) Kd^T) Dd         HQ = ((E ⊙ Q) Kd^T) Dd                history: two tl.dot each
-    A[t, j] = Σ_K k_t k_j e^{Γ_t - Γ_j} (j < t),  M[t, j] = Σ_K q_t k_j e^{Γ_t - Γ_j} (j <= t)
-    d_t = β_t (v_t - PK_t - HK_t - Σ_{j<t} A[t, j] d_j)                   forward substitution, W steps
-    O = PQ + HQ + M D
+    HW^T = S0^T (X ⊙ e^{G_c + Γ})^T                   [BV, 2W]   the checkpoint, one tl.dot per K chunk
+    SC   = (Kd ⊙ e^{rel}) (X ⊙ e^{Γ})^T               [J, 2W]    history scores, once per K chunk
+    HW^T += Dd^T SC                                    [BV, 2W]   the history values, one tl.dot
+    A    = (X ⊙ e^{Γ}) (k ⊙ e^{-Γ})^T                  [2W, W]    pair scores inside the round
+    d_t  = beta_t (v_t - HW_k[t] - sum_{i<t} A[k_t, i] d_i)      forward substitution, W steps, fp32
+    o_t  = HW_q[t] + sum_{i<=t} A[q_t, i] d_i
 
-(`Kd` the history's decayed keys `e^{G_c - G_j} k_j`, `Dd` its values; every exponent is <= 0.) The
-products run in `tf32x3` (about fp32 accuracy): outputs are held to contract 2's tolerance against
-native, never to bitwise equality. What the records keep is bitwise what the inline forward keeps for
-the raw part (conv outputs, beta and the log gate from the same elementwise helpers), so folds (done
-before this kernel) equal native's state bit for bit with fp32 state.
+(GDN's gates are scalars per token, so its products run on the unscaled rows and the decays
+`e^{G_c + Γ_t}`, `e^{rel_j + Γ_t}` and `e^{Γ_t - Γ_i}` scale the small results instead; every GDN
+exponent is <= 0. KDA's gates are `[K]` vectors, so its rows are scaled before the products, and the
+pair scores factor `e^{Γ_t - Γ_i} = e^{Γ_t} e^{-Γ_i}`: `e^{-Γ_i}` is at most `e^{W |lower_bound|}`,
+which the launcher bounds.)
 
-Config `replay-precompute` (BV >= 16 and K >= 16, the smallest tensor-core tile).
+The K reductions run in chunks of `BK` columns, so only a `[BV, BK]` slice of the checkpoint is live
+at a time, and every product of a K reduction runs at `precision` (`tl.dot`'s `input_precision`:
+`ieee`, `tf32x3`, `bf16x3`, `bf16x6` keep fp32-contract accuracy; `tf32` does not); the `W x W` solve
+and the `[BV, W] x [W, W]` round terms are fp32 on CUDA cores. `d_t` and `k_t` are rounded to the
+history dtype before any later use, as the records hold them.
+
+Outputs are held to contract 2's tolerance against native, never to bitwise equality. A row whose
+history would overflow (`replay_prepare` marked it) first folds its raw records into the checkpoint
+block through the shared token step (bitwise native's state with fp32 state, as the inline forward's
+fold), stores it once and goes on from the stored values, so folds stay exact and cost no extra
+launch. The raw records (conv outputs, beta, the log gate) come from the same elementwise helpers as
+the inline forward's, bit for bit.
+
+Config `replay-precompute`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
 """
 
 from __future__ import annotations
@@ -26,40 +41,61 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.common.triton_cpu import interpreting
 from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
+from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from kernels.ssm.native import zero_padding_rows
-from kernels.ssm.replay import ReplayPool, check_replay_round
+from kernels.ssm.replay import ReplayPool, check_replay_round, fold_records
 from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
 
-DOT_PRECISION: tl.constexpr = tl.constexpr("tf32x3")
+# The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
+# no pair score overflows or flushes to zero).
+KDA_MAX_LOG_SPAN = 80.0
 
 
 @triton.jit
-def _row(b_x, o_r, r):
-    """Row `r` of a 2-D register block, by a masked sum."""
-    return tl.sum(tl.where((o_r == r)[:, None], b_x, 0.0), 0)
+def _stack_rows(b_k, b_q):
+    """`[WP, C]` key rows and `[WP, C]` query rows -> `[2 WP, C]` (row `s * WP + t`, s = 0 keys, 1 queries)."""
+    WP: tl.constexpr = b_k.shape[0]
+    C: tl.constexpr = b_k.shape[1]
+    return tl.reshape(tl.permute(tl.join(b_k, b_q), (2, 0, 1)), [2 * WP, C])
 
 
 @triton.jit
-def _elem(b_x, o_r, r):
-    """Element `r` of a 1-D register block, by a masked sum."""
-    return tl.sum(tl.where(o_r == r, b_x, 0.0), 0)
+def _stack_vec(b_x):
+    """`[WP]` -> `[2 WP]`, the vector twice (a per-token value of both halves of `_stack_rows`)."""
+    WP: tl.constexpr = b_x.shape[0]
+    return tl.reshape(tl.permute(tl.join(b_x, b_x), (1, 0)), [2 * WP])
 
 
 @triton.jit
-def _l2norm_rows(b_x):
-    """Rows of `[R, BK]` divided by `sqrt(sum(x^2) + 1e-6)` (SPEC §2), fp32."""
-    return b_x / tl.sqrt(tl.sum(b_x * b_x, 1) + 1e-6)[:, None]
+def _split_cols(b_x):
+    """`[R, 2 WP]` (columns of stacked rows) -> `([R, WP]` key columns, `[R, WP]` query columns)."""
+    R: tl.constexpr = b_x.shape[0]
+    WP: tl.constexpr = b_x.shape[1] // 2
+    return tl.split(tl.permute(tl.reshape(b_x, [R, 2, WP]), (0, 2, 1)))
+
+
+@triton.jit
+def _split_rows(b_x):
+    """`[2 WP, C]` (stacked rows) -> `([WP, C]` key rows, `[WP, C]` query rows)."""
+    WP: tl.constexpr = b_x.shape[0] // 2
+    C: tl.constexpr = b_x.shape[1]
+    return tl.split(tl.permute(tl.reshape(b_x, [2, WP, C]), (1, 2, 0)))
 
 
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
 def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
                              ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
-                             slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
+                             slots, widths, cu_seqlens, fold_from, layer, cap, n, scale, lower_bound,
                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                             P: tl.constexpr, RW: tl.constexpr, J: tl.constexpr, IS_KDA: tl.constexpr,
-                             BK: tl.constexpr, BV: tl.constexpr):
-    """Grid `(cdiv(V, BV) * n * HV,)`: one layer's round for one row, value head and V block."""
+                             P: tl.constexpr, WP: tl.constexpr, J: tl.constexpr, IS_KDA: tl.constexpr,
+                             KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+    """Grid `(cdiv(V, BV) * n * HV,)`: one layer's round for one row, value head and V block.
+
+    WP: the round width padded to a power of two (>= 4); J: the history length padded to >= 16 (the
+    smallest tensor-core reduction); KP: K padded to a power of two (the fold's block).
+    """
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
     i_v, i_nh = pid % NV, pid // NV
@@ -68,113 +104,146 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
     LH: tl.constexpr = P // 2
     GW: tl.constexpr = K if IS_KDA else 1
     C: tl.constexpr = 2 * H * K + HV * V
-    o_k = tl.arange(0, BK)
+    o_t = tl.arange(0, WP)  # round token
+    o_j = tl.arange(0, J)  # history record since the checkpoint
     o_v = i_v * BV + tl.arange(0, BV)
-    o_t = tl.arange(0, RW)  # round token
-    o_j = tl.arange(0, J)  # history record
-    m_k, m_v = o_k < K, o_v < V
+    m_v = o_v < V
     slot = tl.load(slots + i_n).to(tl.int64)
     w = tl.load(widths + i_n)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     row = layer * cap + slot  # int64 through slot
+    zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
     m_t = o_t < w
-    m_tk = m_t[:, None] & m_k[None, :]
-    m_tv = m_t[:, None] & m_v[None, :]
+    p_tok = qkv + (bos + o_t) * C  # [WP] the round's conv output rows
 
-    # the round's raw inputs, all tokens at once
-    p_x = qkv + (bos + o_t)[:, None] * C
-    b_qr = tl.load(p_x + i_h * K + o_k[None, :], mask=m_tk, other=0.0)
-    b_kr = tl.load(p_x + (H + i_h) * K + o_k[None, :], mask=m_tk, other=0.0)
-    b_vr = tl.load(p_x + 2 * H * K + i_hv * V + o_v[None, :], mask=m_tv, other=0.0)
-    b_b = tl.load(b + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
+    # per-token scalars (fp32): beta, the norms of q and k over the whole K, GDN's log gate
+    b_beta = tl.where(m_t, tl.sigmoid(tl.load(b + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)), 0.0)
     b_A_log = tl.load(A_log + i_hv).to(tl.float32)
-    if IS_KDA:
-        b_ar = tl.load(a + ((bos + o_t) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
-        b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-        b_g = tl.where(m_tk, kda_log_gate(b_ar.to(tl.float32), b_A_log, b_bias[None, :], lower_bound), 0.0)
-    else:
-        b_ar = tl.load(a + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0)
-        b_g = tl.where(m_t, gdn_log_gate(b_ar.to(tl.float32), b_A_log, tl.load(dt_bias + i_hv).to(tl.float32)), 0.0)
-    b_q = _l2norm_rows(b_qr.to(tl.float32)) * scale
-    b_k = _l2norm_rows(b_kr.to(tl.float32))
-    b_beta = tl.sigmoid(b_b)
-    b_s0 = tl.load(ssm + (row * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :],
-                   mask=m_k[:, None] & m_v[None, :] & (w > 0), other=0.0).to(tl.float32)
+    o_kp = tl.arange(0, KP)
+    m_kp = o_kp < K
+    m_tkp = m_t[:, None] & m_kp[None, :]
+    b_qf = tl.load(p_tok[:, None] + i_h * K + o_kp[None, :], mask=m_tkp, other=0.0).to(tl.float32)
+    b_kf = tl.load(p_tok[:, None] + (H + i_h) * K + o_kp[None, :], mask=m_tkp, other=0.0).to(tl.float32)
+    r_q = scale / tl.sqrt(tl.sum(b_qf * b_qf, 1) + 1e-6)
+    r_k = 1.0 / tl.sqrt(tl.sum(b_kf * b_kf, 1) + 1e-6)
+    if not IS_KDA:
+        b_ga = tl.load(a + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
+        b_g = tl.where(m_t, gdn_log_gate(b_ga, b_A_log, tl.load(dt_bias + i_hv).to(tl.float32)), 0.0)
+        b_gam = tl.cumsum(b_g, 0)  # Γ_t
 
-    # history since the checkpoint: decayed keys e^{G_c - G_j} k_j, values d_j, e^{G_c}
+    # the history since the checkpoint (the cursor was flipped by prepare for rows that fold: count 0)
     cur = tl.load(cursor + slot, mask=w > 0, other=0)
     count = cur % P
     base = (cur // P) * LH
     m_j = o_j < count
+    m_jn = (o_j + 1) < count
     p_hk = hist_k + (row * H + i_h) * P * K
     p_hd = hist_d + (row * HV + i_hv) * P * V
     p_hg = hist_g + (row * HV + i_hv) * P * GW
-    b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_j[:, None] & m_k[None, :], other=0.0)
-    b_dd = tl.load(p_hd + (base + o_j)[:, None] * V + o_v[None, :], mask=m_j[:, None] & m_v[None, :], other=0.0)
-    b_kd, b_dd = b_kd.to(tl.float32), b_dd.to(tl.float32)
-    if IS_KDA:
-        b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_j[:, None] & m_k[None, :], other=0.0)
-        b_gc = tl.sum(b_hg, 0)
-        b_kd = b_kd * tl.exp(b_gc[None, :] - tl.cumsum(b_hg, 0))
-        b_gam = tl.cumsum(b_g, 0)  # [RW, BK] Γ_t
-        b_ek = tl.exp(b_gam) * b_k
-        b_eq = tl.exp(b_gam) * b_q
-        b_egc = tl.exp(b_gc)[None, :]
-    else:
-        b_hg = tl.load(p_hg + base + o_j, mask=m_j, other=0.0)
-        b_gc = tl.sum(b_hg, 0)
-        b_kd = b_kd * tl.exp(b_gc - tl.cumsum(b_hg, 0))[:, None]
-        b_gam = tl.cumsum(b_g, 0)  # [RW] Γ_t
-        b_ek = tl.exp(b_gam)[:, None] * b_k
-        b_eq = tl.exp(b_gam)[:, None] * b_q
-        b_egc = tl.exp(b_gc)
+    if not IS_KDA:
+        b_gc = tl.sum(tl.load(p_hg + base + o_j, mask=m_j, other=0.0), 0)  # G_c
+        # record j decays by the gates after it: a reverse cumsum of the gates shifted by one
+        b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_jn, other=0.0), 0, reverse=True)
 
-    # checkpoint and history projections of every token (tensor cores)
-    b_r = b_vr.to(tl.float32) - tl.dot(b_egc * b_ek, b_s0, input_precision=DOT_PRECISION)
-    b_r -= tl.dot(tl.dot(b_ek, tl.trans(b_kd), input_precision=DOT_PRECISION), b_dd, input_precision=DOT_PRECISION)
-    b_o = tl.dot(b_egc * b_eq, b_s0, input_precision=DOT_PRECISION)
-    b_o += tl.dot(tl.dot(b_eq, tl.trans(b_kd), input_precision=DOT_PRECISION), b_dd, input_precision=DOT_PRECISION)
+    p_s0 = ssm + (row * HV + i_hv) * K * V
+    old_cursor = tl.load(fold_from + i_n)
+    if old_cursor >= 0:
+        # fold the old half's raw records into the checkpoint block (native's step), store it rounded
+        m_h = m_kp[:, None] & m_v[None, :]
+        p_blk = p_s0 + o_kp[:, None] * V + o_v[None, :]
+        b_h = tl.load(p_blk, mask=m_h, other=0.0).to(tl.float32)
+        b_h = fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_kp, m_kp, o_v, m_v,
+                           H, HV, K, V, P, IS_KDA)
+        tl.store(p_blk, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
+        tl.debug_barrier()  # the chunks below read it back, from other threads of this program
 
-    # within the round: A[t, j] = sum_K k_t k_j e^{Γ_t - Γ_j} (j < t), M[t, j] likewise with q_t (j <= t)
-    b_a = tl.zeros([RW, RW], dtype=tl.float32)
-    b_m = tl.zeros([RW, RW], dtype=tl.float32)
-    for j in tl.static_range(W):
-        b_kj = round_to(_row(b_k, o_t, j), hist_k.dtype.element_ty).to(tl.float32)  # as record j will hold it
+    # K reductions, chunk by chunk
+    b_hw = tl.zeros([BV, 2 * WP], dtype=tl.float32)  # HW^T: checkpoint (+ history) projections
+    b_sc = tl.zeros([J, 2 * WP], dtype=tl.float32)  # SC: history scores
+    b_kk = tl.zeros([2 * WP, WP], dtype=tl.float32)  # A: pair scores inside the round
+    w_k = (i_v == 0) & (i_hv % (HV // H) == 0)  # key-head records: V block 0 of a group's first head
+    pos = base + count + o_t  # ring positions of the round's records
+    for k0 in range(0, KP, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        x_q = tl.load(p_tok[:, None] + i_h * K + o_k[None, :], mask=m_tk, other=0.0)
+        x_k = tl.load(p_tok[:, None] + (H + i_h) * K + o_k[None, :], mask=m_tk, other=0.0)
+        b_q = x_q.to(tl.float32) * r_q[:, None]
+        b_k = x_k.to(tl.float32) * r_k[:, None]
+        b_kh = round_to(b_k, hist_k.dtype.element_ty)  # the key as its record holds it
+        m_jk = m_j[:, None] & m_k[None, :]
+        b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
         if IS_KDA:
-            b_dec = tl.exp(tl.minimum(b_gam - _row(b_gam, o_t, j)[None, :], 0.0)) * b_kj[None, :]
+            b_ga = tl.load(a + ((bos + o_t) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
+            b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+            b_gk = tl.where(m_tk, kda_log_gate(b_ga.to(tl.float32), b_A_log, b_bias[None, :], lower_bound), 0.0)
+            b_gamk = tl.cumsum(b_gk, 0)  # [WP, BK] Γ_t per key column
+            b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0)
+            b_hn = tl.load(p_hg + (base + o_j + 1)[:, None] * K + o_k[None, :], mask=m_jn[:, None] & m_k[None, :],
+                           other=0.0)
+            b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
+            b_eg = tl.exp(b_gamk)
+            b_x = _stack_rows(b_k * b_eg, b_q * b_eg)
+            b_xc = b_x * tl.exp(tl.sum(b_hg, 0))[None, :]
+            b_kr = b_kh.to(tl.float32) * tl.exp(-b_gamk)
+            tl.store(p_hg + pos[:, None] * K + o_k[None, :], b_gk, mask=m_tk & (i_v == 0))
         else:
-            b_dec = tl.exp(tl.minimum(b_gam - _elem(b_gam, o_t, j), 0.0))[:, None] * b_kj[None, :]
-        b_a = tl.where((o_t[None, :] == j) & (o_t[:, None] > j), tl.sum(b_dec * b_k, 1)[:, None], b_a)
-        b_m = tl.where((o_t[None, :] == j) & (o_t[:, None] >= j), tl.sum(b_dec * b_q, 1)[:, None], b_m)
+            b_x = _stack_rows(b_k, b_q)
+            b_xc = b_x
+            b_kr = b_kh.to(tl.float32)
+        b_s = tl.load(p_s0 + o_k[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_k[None, :] & (w > 0),
+                      other=0.0).to(tl.float32)  # [BV, BK] of S0^T
+        b_hw = tl.dot(b_s, tl.trans(b_xc), b_hw, input_precision=PREC)
+        b_sc = tl.dot(b_kd, tl.trans(b_x), b_sc, input_precision=PREC)
+        b_kk = tl.dot(b_x, tl.trans(b_kr), b_kk, input_precision=PREC)
+        tl.store(p_hk + pos[:, None] * K + o_k[None, :], b_kh, mask=m_tk & w_k)
+        tl.store(raw_k + (row * H + i_h) * P * K + pos[:, None] * K + o_k[None, :], x_k, mask=m_tk & w_k)
 
-    # d_t = beta_t (r_t - sum_{j<t} A[t, j] d_j), rounded to the history dtype as the records keep it
-    b_d = tl.zeros([RW, BV], dtype=tl.float32)
+    o_r = tl.arange(0, 2 * WP)
+    if not IS_KDA:
+        b_g2 = _stack_vec(b_gam)  # Γ of each stacked row's token
+        b_hw = b_hw * tl.exp(b_gc + b_g2)[None, :]
+        b_sc = b_sc * tl.where(m_j[:, None], tl.exp(b_rel[:, None] + b_g2[None, :]), 0.0)
+        b_kk = b_kk * tl.exp(tl.minimum(b_g2[:, None] - b_gam[None, :], 0.0))  # i > t is masked below
+    b_dd = tl.load(p_hd + (base + o_j)[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_j[None, :],
+                   other=0.0).to(tl.float32)  # [BV, J] of Dd^T
+    b_hw = tl.dot(b_dd, b_sc, b_hw, input_precision=PREC)
+    b_hk, b_hq = _split_cols(b_hw)  # [BV, WP] each
+    b_ak, b_aq = _split_rows(b_kk)  # [WP (t), WP (i)] each
+    b_ak = tl.where(o_t[None, :] < o_t[:, None], b_ak, 0.0)
+    b_aq = tl.where(o_t[None, :] <= o_t[:, None], b_aq, 0.0)
+    m_vt = m_v[:, None] & m_t[None, :]
+    x_v = tl.load(p_tok[None, :] + 2 * H * K + i_hv * V + o_v[:, None], mask=m_vt, other=0.0)  # [BV, WP] raw v
+    b_r = x_v.to(tl.float32) - b_hk
+
+    # d_t = beta_t (r_t - sum_{i<t} A[t, i] d_i), each rounded to the history dtype before later use
+    b_d = tl.zeros([BV, WP], dtype=tl.float32)
     for t in tl.static_range(W):
-        b_dt = _elem(b_beta, o_t, t) * (_row(b_r, o_t, t) - tl.sum(_row(b_a, o_t, t)[:, None] * b_d, 0))
-        b_dt = round_to(b_dt, hist_d.dtype.element_ty).to(tl.float32)
-        b_d = tl.where((o_t == t)[:, None], b_dt[None, :], b_d)
-    b_o += tl.dot(b_m, b_d, input_precision=DOT_PRECISION)
-    tl.store(out + ((bos + o_t) * HV + i_hv)[:, None] * V + o_v[None, :], b_o, mask=m_tv)
+        sel = o_t == t
+        a_t = tl.sum(tl.where(sel[:, None], b_ak, 0.0), 0)
+        r_t = tl.sum(tl.where(sel[None, :], b_r, 0.0), 1)
+        beta_t = tl.sum(tl.where(sel, b_beta, 0.0), 0)
+        d_t = round_to(beta_t * (r_t - tl.sum(b_d * a_t[None, :], 1)), hist_d.dtype.element_ty).to(tl.float32)
+        b_d = tl.where(sel[None, :], d_t[:, None], b_d)
+    b_o = b_hq + tl.sum(b_d[:, None, :] * b_aq[None, :, :], 2)  # o_t += sum_{i<=t} A[q_t, i] d_i
 
-    # records at ring positions base + count + t
-    pos = base + count + o_t
-    w_k = m_tk & (i_v == 0) & (i_hv % (HV // H) == 0)
-    tl.store(p_hd + pos[:, None] * V + o_v[None, :], b_d.to(hist_d.dtype.element_ty), mask=m_tv)
-    tl.store(raw_v + (row * HV + i_hv) * P * V + pos[:, None] * V + o_v[None, :], b_vr, mask=m_tv)
-    tl.store(p_hk + pos[:, None] * K + o_k[None, :], round_to(b_k, hist_k.dtype.element_ty), mask=w_k)
-    tl.store(raw_k + (row * H + i_h) * P * K + pos[:, None] * K + o_k[None, :], b_kr, mask=w_k)
-    if IS_KDA:
-        tl.store(p_hg + pos[:, None] * K + o_k[None, :], b_g, mask=m_tk & (i_v == 0))
-    else:
+    tl.store(out + ((bos + o_t) * HV + i_hv)[None, :] * V + o_v[:, None], b_o, mask=m_vt)
+    tl.store(p_hd + pos[None, :] * V + o_v[:, None], b_d.to(hist_d.dtype.element_ty), mask=m_vt)
+    tl.store(raw_v + (row * HV + i_hv) * P * V + pos[None, :] * V + o_v[:, None], x_v, mask=m_vt)
+    if not IS_KDA:
         tl.store(p_hg + pos, b_g, mask=m_t & (i_v == 0))
     tl.store(raw_beta + (row * HV + i_hv) * P + pos, b_beta, mask=m_t & (i_v == 0))
-    zero_padding_rows(out, cu_seqlens, i_n, bos, w, n, i_hv, o_v, m_v, HV, V, W, BV)
 
 
-def precompute_supported(K: int, V: int) -> str | None:
-    """Why a geometry cannot run the precompute forward (tensor-core tiles are >= 16 wide), or None."""
+def precompute_supported(K: int, V: int, family: str = "gdn", width: int = 1, lower_bound: float = -5.0) -> str | None:
+    """Why a geometry cannot run the precompute forward, or None: tensor-core reductions are >= 16
+    wide, and KDA's in-round pair scores factor `e^{Γ_t - Γ_i}` only while `W * |lower_bound|` fits."""
     if K < 16 or V < 16:
         return f"the precompute forward needs K >= 16 and V >= 16 (tensor-core tiles), got K={K}, V={V}"
+    if family == "kda" and width * abs(lower_bound) > KDA_MAX_LOG_SPAN:
+        return (f"the precompute forward factors KDA's in-round decay, which needs W * |lower_bound| <= "
+                f"{KDA_MAX_LOG_SPAN:g}, got W={width}, lower_bound={lower_bound}")
     return None
 
 
@@ -189,12 +258,14 @@ def replay_precompute_forward(
     slots: torch.Tensor,
     widths: torch.Tensor,
     cu_seqlens: torch.Tensor,
+    fold_from: torch.Tensor,
     config: Config,
     lower_bound: float = -5.0,
     out: torch.Tensor | None = None,
+    precision: str = DEFAULT_PRECISION,
 ) -> torch.Tensor:
-    """One layer of a replay round with the precompute forward; folds must have run first (the
-    cursor's history fits with the round: `count + width <= Lh`).
+    """One layer of a replay round with the precompute forward: outputs from checkpoint + history as
+    matrix products, records appended; rows that `replay_prepare` marked fold first (in place).
 
     Args:
         pool: the replay pool; records of `layer` go to ring positions `base + count + t`.
@@ -207,27 +278,36 @@ def replay_precompute_forward(
         slots: `[n]` int64            # slot: [batch row] -> pool row (distinct)
         widths: `[n]` int32           # tokens of each row (0 = idle)
         cu_seqlens: `[n + 1]` int32   # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
-        config: a `replay-precompute` config (`BV` >= 16, `num_warps`, `num_stages`).
+        fold_from: `[n]` int32        # batch row -> the cursor whose records this layer folds first, -1 none
+        config: a `replay-precompute` config (`BV`, `BK` >= 16, `num_warps`, `num_stages`).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
+        precision: `tl.dot` input precision of the K reductions (`PRECISIONS`); the interpreter
+            computes every product in fp32 whatever is asked.
 
     Returns:
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
     """
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
-    why = precompute_supported(K, V)
+    W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
+    why = precompute_supported(K, V, "kda" if is_kda else "gdn", W, lower_bound)
     if why:
         raise ValueError(why)
-    W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+    if fold_from.shape != (n,):
+        raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
     config = check_config(REPLAY_PRECOMPUTE, config)
+    KP = triton.next_power_of_2(K)
     BV = min(config["BV"], max(16, triton.next_power_of_2(V)))
+    BK = min(config["BK"], KP)
     replay_precompute_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,
-        slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, P=P, RW=max(16, triton.next_power_of_2(W)), J=max(16, P // 2), IS_KDA=is_kda,
-        BK=triton.next_power_of_2(K), BV=BV, num_warps=config["num_warps"], num_stages=config["num_stages"],
-        enable_fp_fusion=ENABLE_FP_FUSION,
+        slots, widths, cu_seqlens, fold_from, layer, cap, n, K**-0.5, lower_bound,
+        H=H, HV=HV, K=K, V=V, W=W, P=P, WP=max(4, triton.next_power_of_2(W)), J=max(16, P // 2), IS_KDA=is_kda,
+        KP=KP, BK=BK, BV=BV, PREC="ieee" if interpreting() else precision,
+        num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=ENABLE_FP_FUSION,
     )
     return out
