@@ -12,7 +12,8 @@
 #
 # Usage: OUT=/tmp/p bash scripts/gpu_precompute.sh
 #   BATCH=128 PRECISIONS=ieee,tf32x3,bf16x3,bf16x6,tf32 BV=32,64,128 WARPS=2,4,8 BK=32,64 STAGES=1,2 JOBS=16
-#   STEPS="tests sweep bounds"
+#   STEPS="tests sweep bounds" TESTS_K=precompute BOUNDS_DTYPES="fp32 bf16" GATES=long-memory,random
+#   TESTS_S / SWEEP_S / BOUNDS_S: each step's time limit in seconds
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -30,7 +31,7 @@ for s in $STEPS; do
   case $s in
     tests)
       timeout "${TESTS_S:-180}" $PY -m pytest -q -x -p no:cacheprovider tests/test_triton_replay.py -m "slow or not slow" \
-        > "$OUT/tests.txt" 2>&1
+        -k "${TESTS_K:-precompute}" > "$OUT/tests.txt" 2>&1
       tail -3 "$OUT/tests.txt" ;;
     sweep)
       timeout "${SWEEP_S:-330}" $PY scripts/bench_kernels.py --preset "${PRESET:-qwen3-next}" --batch "${BATCH:-128}" \
@@ -40,7 +41,7 @@ for s in $STEPS; do
     bounds)
       # fp32 state first (the contract's case), then bf16; each part prints its own table
       : > "$OUT/bounds.md"
-      for sd in fp32 bf16; do
+      for sd in ${BOUNDS_DTYPES:-fp32 bf16}; do
         timeout "${BOUNDS_S:-150}" $PY scripts/measure_bounds.py --backend triton --device cuda --geometry k128 \
           --families gdn,kda --state-dtypes "$sd" --gates "${GATES:-long-memory,random}" --modes native,replay \
           --replay-forward "$variants" >> "$OUT/bounds.md" 2> "$OUT/bounds-$sd.log" || echo "bounds $sd: rc $?" >> "$OUT/bounds.md"
