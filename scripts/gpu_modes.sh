@@ -8,6 +8,7 @@
 # Usage: OUT=/tmp/m bash scripts/gpu_modes.sh
 #   CASES="qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"   (preset:batches:drafts; 0 = decode)
 #   UNTUNED=1 (also run the first case with --autotune off; all: every case)   ROUNDS=2
+#   TUNE=0 (no autotune: rows on the shipped configs)   MODES, REPLAY_FORWARD (harness run's --modes / --replay-forward)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -32,14 +33,22 @@ step() {
 first=1
 for case in $CASES; do  # case by case, so a call cut short still has the first cases' rows
   IFS=: read -r preset batches drafts <<< "$case"
-  # tune the batch buckets of the rows (the W = 1 static key when drafts is 0: decode)
-  step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
-    --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
+  # tune the batch buckets of the rows (the W = 1 static key when drafts is 0: decode); TUNE=0 runs on the
+  # shipped configs (harness/shipped_configs.json) and each kernel's default where nothing is shipped
+  if [ "${TUNE:-1}" = 1 ]; then
+    step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
+      --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
+  fi
   scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
   common=(--preset "$preset" --device "$DEVICE" --backend "${BACKEND:-triton,fla}" --batch "$batches" --state-dtype fp32
-          --rounds "$ROUNDS" --check-requests "${CHECK:-8}" --out "$RUNS" --json "${extra[@]}")
-  step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
+          --rounds "$ROUNDS" --check-requests "${CHECK:-8}" --out "$RUNS" --json "${extra[@]}"
+          ${MODES:+--modes "$MODES"} ${REPLAY_FORWARD:+--replay-forward "$REPLAY_FORWARD"})
+  if [ "${TUNE:-1}" = 1 ]; then
+    step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
+  else
+    step "$scenario-$preset-b$batches-shipped" $PY -m harness run "$scenario" "${common[@]}"
+  fi
   if [ "$UNTUNED" = all ] || { [ "$UNTUNED" = 1 ] && [ $first = 1 ]; }; then
     step "$scenario-$preset-b$batches-untuned" $PY -m harness run "$scenario" "${common[@]}" --autotune off
   fi
@@ -47,7 +56,7 @@ for case in $CASES; do  # case by case, so a call cut short still has the first 
   tar -C "$RUNS" -czf "$OUT/runs.tgz" .
 done
 tar -C "$RUNS" -czf "$OUT/runs.tgz" .
-for f in "$RUNS"/*-tuned.json "$RUNS"/*-untuned.json; do
+for f in "$RUNS"/*-tuned.json "$RUNS"/*-untuned.json "$RUNS"/*-shipped.json; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f" .json)"
   $PY - "$f" <<'EOF'

@@ -63,7 +63,7 @@ _PREFERRED: dict[str, Config] = {
     COMPACT_COMMIT: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_FORWARD: {"BV": 64, "num_warps": 2, "num_stages": 1},
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
-    REPLAY_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 2, "num_stages": 1},
+    REPLAY_PRECOMPUTE: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
     CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
