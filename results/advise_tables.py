@@ -51,7 +51,7 @@ def verdict_table(advice: Advice, title: str | None = None) -> TableData:
 def batch_table(advice: Advice, b: BatchAdvice) -> TableData:
     """Every candidate judged at one batch, best first."""
     rest = any(s.rest_us for s in b.ranked)
-    columns = ["rank", "candidate", "timing", "E[tokens/round]", "round us (p20-p80)", *(["rest us"] if rest else []),
+    columns = ["rank", "candidate", "timing", "tokens/round (expected)", "round us (p20-p80)", *(["rest us"] if rest else []),
                "tok/s per request (p20-p80)", "tok/s (batch)", "state/request", "state (batch)"]
     rows = []
     for i, s in enumerate(b.ranked, 1):
