@@ -6,6 +6,7 @@
     harness run mtp-fixed --preset tiny-kda --drafts 3 --accept geometric:0.7
     harness gate --device cpu             every equivalence contract (docs/CONTRACTS.md); exit 1 on a failure
     harness report RUN | compare A B | plot RUN
+    harness advise RUN... --preset P      which mode and drafts to run per batch and memory budget
 
 Bad input exits with code 2 and one line naming the problem; nothing is written. A run writes
 results/runs/<run-id>/ (manifest.json, throughput.csv, equivalence.json/.md, autotune.jsonl,
