@@ -138,6 +138,8 @@ class Sweep:
                 return _timing("measured", [r])
             if r["status"] == Status.oom.value:
                 return "oom in the run"
+            if r["status"] == Status.passed.value:
+                return "passed untimed in the run: no round time"
             return f"{r['status']} in the run: {r['reason']}"
         below = rows[rows["batch"] < batch]
         above = rows[rows["batch"] > batch]
@@ -173,7 +175,8 @@ def device_name(run: Run) -> str:
 
 
 def load_sweep(paths: Sequence[str | Path], preset: str, *, allow_mixed: bool = False) -> Sweep:
-    """Read the run directories and keep the decode and mtp-fixed rows of `preset`.
+    """Read the run directories and keep the decode and mtp-fixed rows of `preset` (rows of `--gates long-memory`,
+    which time the same kernels on drift-test inputs, are left out).
 
     Raises ValueError (one line) for a path that is not a finished run, a run given twice, runs of different
     devices or a run holding other presets' rows (unless `allow_mixed`: then only `preset`'s rows are used,

@@ -121,6 +121,16 @@ def test_oom_rows_exclude_their_batch_and_every_larger_one(tmp_path):
     assert next(c for c in out.concurrency() if c["mode"] == "native")["smallest_oom_batch"] == 32
 
 
+def test_an_untimed_row_is_not_a_time(tmp_path):
+    untimed = row("native", 0, 8, 100.0)
+    for column in ("timer", "samples", "median_us", "p20_us", "p80_us", "noise_pct"):
+        untimed.pop(column)
+    run = make_run(tmp_path, [untimed, row("compact", 3, 8, 300.0)])
+    b = advise(load_sweep([run], "tiny-gdn"), geometric(0.7), budget_bytes=None).batches[0]
+    assert _labels(b) == ["compact-accept/triton S=3 fp32"]
+    assert dict(b.excluded)["native/triton S=0 fp32"] == "passed untimed in the run: no round time"
+
+
 def test_no_decode_rows_means_no_speculation_is_not_measured(tmp_path):
     run = make_run(tmp_path, [row("native", 3, 8, 100.0)])
     b = advise(load_sweep([run], "tiny-gdn"), geometric(0.7), budget_bytes=None).batches[0]
