@@ -6,6 +6,7 @@
     harness run mtp-fixed --preset tiny-kda --drafts 3 --accept geometric:0.7
     harness gate --device cpu             every equivalence contract (docs/CONTRACTS.md); exit 1 on a failure
     harness report RUN | compare A B | plot RUN
+    harness advise RUN... --preset P      which mode and drafts to run per batch and memory budget
 
 Bad input exits with code 2 and one line naming the problem; nothing is written. A run writes
 results/runs/<run-id>/ (manifest.json, throughput.csv, equivalence.json/.md, autotune.jsonl,
@@ -448,5 +449,52 @@ def plot(run: RunArg) -> None:
     from results.store import load_run
 
     made = plot_run(_guarded(lambda: load_run(run)))
+    for name, what in made.items():
+        console.print(f"{name}: {what}", markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------------------------------------- advise
+@app.command()
+def advise(
+    runs: Annotated[list[Path], typer.Argument(help="run directories with decode (drafts 0) and mtp-fixed rows")],
+    preset: Annotated[str, typer.Option(help="the preset whose rows are judged (harness list presets)")],
+    accept: Annotated[str | None, typer.Option(help="acceptance: geometric:p (default geometric:0.7)")] = None,
+    accept_profile: Annotated[str | None, typer.Option(
+        help="per-position acceptance instead: a comma list such as 0.84,0.60,0.39,0.27, or a file of them")] = None,
+    budget_gib: Annotated[float | None, typer.Option(
+        help="memory for state (GiB); default the device's memory from the manifests (none on CPU)")] = None,
+    batch: Annotated[str | None, typer.Option(
+        help="comma list of batches to judge (default the measured ones; others are interpolated or not measured)")] = None,
+    rest_us: Annotated[str | None, typer.Option(
+        help="A,B: the rest of the model takes A + B * W us a round (W = 1 + drafts); default 0,0")] = None,
+    figures: Annotated[Path | None, typer.Option(help="write the choice map and the frontier (PNG) into this folder")] = None,
+    allow_mixed: Annotated[bool, typer.Option(help="judge runs of different devices or presets together")] = False,
+    markdown: Annotated[bool, typer.Option(help="print markdown")] = False,
+    as_json: JsonOut = False,
+) -> None:
+    """Which mode, variant, drafts and state dtype to run at each batch: every candidate that fits the memory
+    budget, ranked by expected accepted tokens/s per request of the linear-attention layers (results/advise.py
+    says how). Batches or drafts the rows lack are interpolated (linearly in batch) or not measured, never guessed."""
+    from harness.writable import check_output_dir
+    from results.advise import advise_runs
+
+    if figures is not None:
+        _guarded(lambda: check_output_dir(figures, "--figures"))
+    advice = _guarded(lambda: advise_runs(runs, preset, accept=accept, accept_profile=accept_profile,
+                                          budget_gib=budget_gib, batch=batch, rest_us=rest_us, allow_mixed=allow_mixed))
+    made = {}
+    if figures is not None:
+        from results.advise_plots import write_figures
+
+        made = write_figures(advice, figures)
+    if as_json:
+        print(json.dumps({**advice.to_dict(), "figures": {k: str(v) for k, v in made.items()}}, indent=1))
+        return
+    from results.advise_tables import render_markdown, render_rich
+
+    if markdown:
+        print(render_markdown(advice))
+    else:
+        render_rich(advice, console)
     for name, what in made.items():
         console.print(f"{name}: {what}", markup=False, highlight=False)

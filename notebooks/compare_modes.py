@@ -150,3 +150,30 @@ for scenario, family in groups:
 # %%
 for scenario, family in groups:
     show(make_figure(run.throughput, scenario, family, "throughput"))
+
+# %% [markdown]
+# ## Which mode to ship
+#
+# `harness advise` on this run (results/advise.py): at each batch the run measured, every mode, variant, drafts
+# count and state dtype that fits the memory budget (here the device's memory from the manifest; none on a CPU
+# run), ranked by expected accepted tokens per second per request of the linear-attention layers: E[tokens per
+# round] under geometric acceptance p over the measured round time. One table per acceptance: the best, the
+# runner-up, the margin and whether the margin is inside the rows' p20-p80 noise. A run of one scenario has no
+# decode rows (then no speculation, drafts 0, is "not measured") or no speculation rows. The frontier below it:
+# tokens/s per request against state per request at p = 0.7, per mode.
+
+# %%
+from results.advise import advise_runs
+from results.advise_plots import frontier_figure
+from results.advise_tables import verdict_table
+
+judged = run.throughput[run.throughput["scenario"].isin(["decode", "mtp-fixed"])]
+for preset in sorted(set(judged["preset"].dropna())):
+    for p in (0.5, 0.7, 0.9):
+        advice = advise_runs([run.path], preset, accept=f"geometric:{p}", allow_mixed=True)
+        display(Markdown(verdict_table(advice).to_markdown()))
+        if p == 0.7:
+            frontier = frontier_figure(advice)
+    show(frontier)
+if judged.empty:
+    show("no decode or mtp-fixed rows in this run: nothing to advise")

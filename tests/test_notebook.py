@@ -76,8 +76,12 @@ def test_notebook_executes_on_a_cpu_run(small_run: Path, tmp_path: Path, monkeyp
                  "x faster than native", "bytes/req measured"):
         assert mode in html  # the side-by-side table
     assert "before the rollout" in html  # the equivalence verdicts table
-    # replay drift, memory and throughput: one figure each for this one-scenario run
-    assert sum("image/png" in d for d in data) == 3
+    # harness advise: a verdict table per acceptance (this run has no decode rows: drafts 0 is not measured)
+    for p in ("0.5", "0.7", "0.9"):
+        assert f"### tiny-gdn · accept geometric:{p}" in markdown
+    assert "| batch | best | timing | tok/s per request | runner-up | margin | inside noise |" in markdown
+    # replay drift, memory and throughput, and advise's frontier: one figure each for this one-scenario run
+    assert sum("image/png" in d for d in data) == 4
 
 
 def test_committed_notebook_matches_its_source() -> None:
