@@ -148,13 +148,20 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
     p_s0 = ssm + (row * HV + i_hv) * K * V
     old_cursor = tl.load(fold_from + i_n)
     if old_cursor >= 0:
-        # fold the old half's raw records into the checkpoint block (native's step), store it rounded
-        m_h = m_kp[:, None] & m_v[None, :]
-        p_blk = p_s0 + o_kp[:, None] * V + o_v[None, :]
-        b_h = tl.load(p_blk, mask=m_h, other=0.0).to(tl.float32)
-        b_h = fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_kp, m_kp, o_v, m_v,
-                           H, HV, K, V, P, IS_KDA)
-        tl.store(p_blk, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
+        # fold the old half's raw records into the checkpoint (native's step), FOLD_BV columns at a time, and
+        # store it rounded. The step is exact per column (d_j needs only column j), so narrow blocks fold to the
+        # same bits; a whole [K, BV] block held here would set the kernel's registers (255 against 72 without
+        # the fold at BV 64 on 2 warps: 4 programs an SM instead of 8) for a branch most rounds skip.
+        FOLD_BV: tl.constexpr = min(8, BV)
+        for v0 in range(0, BV, FOLD_BV):
+            o_f = i_v * BV + v0 + tl.arange(0, FOLD_BV)
+            m_f = o_f < V
+            m_h = m_kp[:, None] & m_f[None, :]
+            p_blk = p_s0 + o_kp[:, None] * V + o_f[None, :]
+            b_h = tl.load(p_blk, mask=m_h, other=0.0).to(tl.float32)
+            b_h = fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_kp, m_kp, o_f, m_f,
+                               H, HV, K, V, P, IS_KDA)
+            tl.store(p_blk, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
         tl.debug_barrier()  # the chunks below read it back, from other threads of this program
 
     # K reductions, chunk by chunk
