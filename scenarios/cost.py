@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from states.base import StateConfig, _nbytes
+from states.base import PRECOMPUTE_PRECISION, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 
 
@@ -91,14 +91,16 @@ def replay_round_bytes(
 ) -> float:
     """Replay: forward reads the checkpoint and the `count` derived history records since it, and
     writes `w` derived + raw records; a request whose history would overflow first folds: it reads its
-    `count` raw records plus log gates and writes the checkpoint once, from the checkpoint the forward
-    reads anyway (both variants fold inside the forward). `counts` are the accepted records before the
-    round's fold decision."""
+    `count` raw records plus log gates and writes the checkpoint once. The `inline` forward folds from
+    the checkpoint it read anyway; the precompute variants fold in a launch of their own before the
+    forward, which reads the checkpoint once more. `counts` are the accepted records before the round's
+    fold decision."""
     tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
     c = counts.long().cpu()
     fold = (c + w > cfg.history_len) & (w > 0)
     gate = g.value_heads * g.gate_width * 4
-    fold_bytes = (fold * (tb.state + c * (tb.raw + gate))).sum()
+    checkpoint_passes = 2 if cfg.mode_variant in PRECOMPUTE_PRECISION else 1
+    fold_bytes = (fold * (checkpoint_passes * tb.state + c * (tb.raw + gate))).sum()
     c_after = torch.where(fold, 0, c)
     forward = ((w > 0) * (tb.state + c_after * tb.derived) + w * (tb.derived + tb.raw)).sum()
     return _common(tb, g, w) + float(fold_bytes + forward) * g.layers

@@ -13,7 +13,6 @@ A `KernelCase` launches one kernel with a given config on pools filled with rand
     replay-forward-folding   the same kernel where every row folds `Lh - W + 2` records first (bench only)
     replay-fold              the all-layer fold into a snapshot buffer (read state + raw records, write)
     replay-precompute        the precompute forward (tensor cores), `history` records of history
-    replay-precompute-folding  the same kernel where every row folds first (bench only)
 
 Every row of a case is a request of the batch; accepted counts are 2 drafts (or W - 1 if fewer).
 """
@@ -47,7 +46,7 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_PRECOMPUTE, "replay-precompute-folding")
+         "replay-forward-folding", REPLAY_FOLD, REPLAY_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -158,18 +157,12 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         dst = torch.empty(n, 1, HV, K, V, dtype=state_dtype, device=device)
         add(REPLAY_FOLD, REPLAY_FOLD, lambda c: replay_fold(rep._pool, slots, fold_from, c, dst=dst),
             n * (2 * state + count * (raw + HV * gw * 4)))
-    prec = {"precision": precision} if precision else {}
-    for name, fold in ((REPLAY_PRECOMPUTE, False), ("replay-precompute-folding", True)):
-        if name not in names or precompute_supported(K, V, geom.family, W, lb) is not None:
-            continue
+    if REPLAY_PRECOMPUTE in names and precompute_supported(K, V, geom.family, W, lb) is None:
         pre, _ = _pool(geom, params, replace(base, mode="replay", variant="precompute"), seed)
-        count = history_len - W + 2 if fold else history
-        pre.cursor[:n] = P if fold else history
-        fold_from = torch.full((n,), count if fold else -1, dtype=torch.int32, device=device)
-        moved = n * (state + W * (derived + raw + tok_in) + (count * (raw + HV * gw * 4) + state if fold
-                                                             else history * derived))
-        add(name, REPLAY_PRECOMPUTE,
-            lambda c, r=pre, f=fold_from: replay_precompute_forward(r._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0],
-                                                                    slots, widths, cu, f, c, lb, **prec),
-            moved)
+        pre.cursor[:n] = history
+        prec = {"precision": precision} if precision else {}
+        add(REPLAY_PRECOMPUTE, REPLAY_PRECOMPUTE,
+            lambda c: replay_precompute_forward(pre._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
+                                                cu, c, lb, **prec),
+            n * (state + W * (derived + raw + tok_in) + history * derived))
     return cases

@@ -29,13 +29,14 @@ from states.params import SSMParams, TokenInputs
 
 class ReplayState(SSMState):
     """Replay pool. On the triton backend `kernel_configs` holds `{kernel: config}` for the forward
-    (`replay-forward` or `replay-precompute`, both fold inside), `replay-fold` (snapshots,
-    materialize) and `conv`.
+    (`replay-forward`, which folds inside, or `replay-precompute`), `replay-fold` (snapshots,
+    materialize, and the precompute variants' folds) and `conv`.
 
     Variants: `inline` walks the round token by token; `precompute` runs the round's products on
     tensor cores (kernels/ssm/replay_precompute.py), at the precision `PRECOMPUTE_PRECISION` names
-    (`precompute-<precision>` for the others). All fold a row's raw records inside the layer's
-    forward, through native's step. The torch backend computes both with the same reference formula."""
+    (`precompute-<precision>` for the others), with a layer's folds in a fold launch just before it.
+    Every variant folds through native's step. The torch backend computes all with the same reference
+    formula."""
 
     mode = "replay"
 
@@ -225,9 +226,10 @@ class ReplayState(SSMState):
         p, g = self.params, self.geom
         qkv = self._conv_triton(layer, inputs, rnd)
         if self.cfg.mode_variant in PRECOMPUTE_PRECISION:
+            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[REPLAY_FOLD], layer=layer)
             return replay_precompute_forward(
                 self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
-                rnd.cu_seqlens, self._fold_from, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
+                rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
                 precision=PRECOMPUTE_PRECISION[self.cfg.mode_variant],
             )
         return replay_forward(

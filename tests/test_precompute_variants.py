@@ -60,8 +60,7 @@ def _launch_with(precision: str) -> None:
     qkv = torch.zeros(W, 2 * H * K + HV * V, dtype=torch.bfloat16)
     replay_precompute_forward(pool, 0, qkv, torch.zeros(W, HV), torch.zeros(W, HV), torch.zeros(HV), torch.zeros(HV),
                               torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.int32),
-                              torch.tensor([0, 1], dtype=torch.int32), torch.full((1,), -1, dtype=torch.int32),
-                              {"BV": 16, "BK": 16, "num_warps": 1, "num_stages": 1}, precision=precision)
+                              torch.tensor([0, 1], dtype=torch.int32), {"BV": 16, "BK": 16, "num_warps": 1, "num_stages": 1}, precision=precision)
 
 
 @pytest.mark.usefixtures("light_runs")

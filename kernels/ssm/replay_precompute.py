@@ -25,12 +25,13 @@ at a time, and every product of a K reduction runs at `precision` (`tl.dot`'s `i
 and the `[BV, W] x [W, W]` round terms are fp32 on CUDA cores. `d_t` and `k_t` are rounded to the
 history dtype before any later use, as the records hold them.
 
-Outputs are held to contract 2's tolerance against native, never to bitwise equality. A row whose
-history would overflow (`replay_prepare` marked it) first folds its raw records into the checkpoint
-block through the shared token step (bitwise native's state with fp32 state, as the inline forward's
-fold), stores it once and goes on from the stored values, so folds stay exact and cost no extra
-launch. The raw records (conv outputs, beta, the log gate) come from the same elementwise helpers as
-the inline forward's, bit for bit.
+Outputs are held to contract 2's tolerance against native, never to bitwise equality. Folds run before the
+forward, in `replay_fold`'s launch for the layer (native's step, so folded states equal native's bit for bit
+with fp32 state), not inside it: a fold branch here holds a `[K, BV]` block across a token loop, and the
+kernel's registers follow its largest branch (measured at BV 64 on 2 warps, results/reference/h200-2026-12-03b:
+255 registers and 4 programs an SM with the fold inside, 216 us a layer at batch 128; 96 registers without it;
+folding 8 columns at a time inside kept 128 registers but a folding launch took 1303 us). The raw records
+(conv outputs, beta, the log gate) come from the same elementwise helpers as the inline forward's, bit for bit.
 
 Config `replay-precompute`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
 """
@@ -45,7 +46,7 @@ from kernels.common.triton_cpu import interpreting
 from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from kernels.ssm.native import zero_padding_rows
-from kernels.ssm.replay import ReplayPool, check_replay_round, fold_records
+from kernels.ssm.replay import ReplayPool, check_replay_round
 from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
 
 # The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
@@ -87,7 +88,7 @@ def _split_rows(b_x):
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
 def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
                              ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
-                             slots, widths, cu_seqlens, fold_from, layer, cap, n, scale, lower_bound,
+                             slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
                              P: tl.constexpr, WP: tl.constexpr, J: tl.constexpr, IS_KDA: tl.constexpr,
                              KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
@@ -146,23 +147,6 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
         b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_jn, other=0.0), 0, reverse=True)
 
     p_s0 = ssm + (row * HV + i_hv) * K * V
-    old_cursor = tl.load(fold_from + i_n)
-    if old_cursor >= 0:
-        # fold the old half's raw records into the checkpoint (native's step), FOLD_BV columns at a time, and
-        # store it rounded. The step is exact per column (d_j needs only column j), so narrow blocks fold to the
-        # same bits; a whole [K, BV] block held here would set the kernel's registers (255 against 72 without
-        # the fold at BV 64 on 2 warps: 4 programs an SM instead of 8) for a branch most rounds skip.
-        FOLD_BV: tl.constexpr = min(8, BV)
-        for v0 in range(0, BV, FOLD_BV):
-            o_f = i_v * BV + v0 + tl.arange(0, FOLD_BV)
-            m_f = o_f < V
-            m_h = m_kp[:, None] & m_f[None, :]
-            p_blk = p_s0 + o_kp[:, None] * V + o_f[None, :]
-            b_h = tl.load(p_blk, mask=m_h, other=0.0).to(tl.float32)
-            b_h = fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_kp, m_kp, o_f, m_f,
-                               H, HV, K, V, P, IS_KDA)
-            tl.store(p_blk, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
-        tl.debug_barrier()  # the chunks below read it back, from other threads of this program
 
     # K reductions, chunk by chunk
     b_hw = tl.zeros([BV, 2 * WP], dtype=tl.float32)  # HW^T: checkpoint (+ history) projections
@@ -265,14 +249,14 @@ def replay_precompute_forward(
     slots: torch.Tensor,
     widths: torch.Tensor,
     cu_seqlens: torch.Tensor,
-    fold_from: torch.Tensor,
     config: Config,
     lower_bound: float = -5.0,
     out: torch.Tensor | None = None,
     precision: str = DEFAULT_PRECISION,
 ) -> torch.Tensor:
     """One layer of a replay round with the precompute forward: outputs from checkpoint + history as
-    matrix products, records appended; rows that `replay_prepare` marked fold first (in place).
+    matrix products, records appended. The rows that `replay_prepare` marked must have folded this layer
+    first (`replay_fold(..., layer=layer)`): the history fits with the round, `count + width <= Lh`.
 
     Args:
         pool: the replay pool; records of `layer` go to ring positions `base + count + t`.
@@ -285,7 +269,6 @@ def replay_precompute_forward(
         slots: `[n]` int64            # slot: [batch row] -> pool row (distinct)
         widths: `[n]` int32           # tokens of each row (0 = idle)
         cu_seqlens: `[n + 1]` int32   # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
-        fold_from: `[n]` int32        # batch row -> the cursor whose records this layer folds first, -1 none
         config: a `replay-precompute` config (`BV`, `BK` >= 16, `num_warps`, `num_stages`).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
@@ -303,8 +286,6 @@ def replay_precompute_forward(
         raise ValueError(why)
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
-    if fold_from.shape != (n,):
-        raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
     config = check_config(REPLAY_PRECOMPUTE, config)
     KP = triton.next_power_of_2(K)
     BV = min(config["BV"], max(16, triton.next_power_of_2(V)))
@@ -312,7 +293,7 @@ def replay_precompute_forward(
     replay_precompute_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,
-        slots, widths, cu_seqlens, fold_from, layer, cap, n, K**-0.5, lower_bound,
+        slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,
         H=H, HV=HV, K=K, V=V, W=W, P=P, WP=max(4, triton.next_power_of_2(W)), J=max(16, P // 2), IS_KDA=is_kda,
         KP=KP, BK=BK, BV=BV, PREC="ieee" if interpreting() else precision,
         num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=ENABLE_FP_FUSION,
