@@ -47,7 +47,7 @@ COLUMNS: list[Column] = [
     Column("mode", "str", "identity", "native | compact | replay (empty for KV page rows)"),
     Column("variant", "str", "identity",
            "the mode's variant: compact accept | deferred, replay inline | precompute (empty for native and pages)"),
-    Column("backend", "str", "identity", "triton | torch | fla"),
+    Column("backend", "str", "identity", "triton | torch, or a peer's kernels as a baseline: fla | sglang | flashinfer"),
     Column("preset", "str", "identity", "model geometry preset (states/presets.py)"),
     Column("device", "str", "identity", "torch device the case ran on (cpu, cuda:0)"),
     # shape axes
