@@ -273,3 +273,26 @@ def test_rows_of_a_missing_peer_are_unsupported_with_the_reason(tmp_path, monkey
     assert "ReplaySSM verify needs SM100/SM103" in why[("flashinfer", "replay")]
     # no timing on a row that did not run
     assert (peers["median_us"] == "").all()
+
+
+def test_bench_peer_cases_run_or_say_why():
+    """scripts/bench_kernels.py's peer cases on CPU: each one that builds runs once; FlashInfer (CUDA only)
+    and any peer not installed is one line, not a crash."""
+    from dataclasses import replace
+
+    from scenarios.ssm_peer_kernels import peer_cases
+    from states.params import make_params
+    from states.presets import get_ssm_preset
+
+    geom = replace(get_ssm_preset("tiny-gdn").ssm, layers=1)
+    params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0))
+    said: list[str] = []
+    cases = peer_cases(geom, params, 2, 3, torch.float32, "cpu", say=lambda line, **_: said.append(line))
+    names = {name for name, _, _ in cases}
+    assert any(line.startswith("flashinfer: no cases (FlashInfer's GDN kernels are CuTe DSL kernels for CUDA")
+               for line in said), said
+    assert {"fla-decode", "fla-mtp"} <= names or any(line.startswith("fla: no cases") for line in said)
+    assert "sglang-verify-fp32-ieee" in names or any(line.startswith("sglang: no cases") for line in said)
+    for name, run, moved in cases:
+        run()
+        assert moved > 0, name
