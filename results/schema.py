@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 
+# The harness's own backends (states/base.py BACKENDS); every other backend in a row is a peer's kernels
+# run as a baseline (kernels/ssm/baselines).
+OUR_BACKENDS = ("torch", "triton")
+
+
 class Status(str, enum.Enum):
     passed = "passed"
     mismatch = "mismatch"

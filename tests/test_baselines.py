@@ -296,3 +296,13 @@ def test_bench_peer_cases_run_or_say_why():
     for name, run, moved in cases:
         run()
         assert moved > 0, name
+
+
+def test_our_backends_and_the_peers_are_named_once():
+    from results.schema import OUR_BACKENDS
+    from scenarios.ssm_options import SSM_BACKENDS
+    from states.base import BACKENDS
+
+    assert set(OUR_BACKENDS) == set(BACKENDS)
+    assert not set(BACKENDS) & set(BASELINES)
+    assert SSM_BACKENDS == (*BACKENDS, *BASELINES)
