@@ -60,7 +60,11 @@ def describe(backend: str, g: SSMGeometry, cfg: StateConfig) -> str:
 
 
 def bytes_per_request(backend: str, g: SSMGeometry, cfg: StateConfig) -> dict[str, int]:
-    """The peer pool's state bytes and our conv windows (the base formula's terms), plus `total`."""
+    """The peer pool's state bytes and our conv windows (the base formula's terms), plus `total`; ValueError
+    for a mode the peer has no kernel for (no pool of it exists)."""
+    why = BASELINES[backend].unsupported(cfg.mode, g.family, spec_of(cfg), dims_of(g))
+    if why:
+        raise ValueError(why)
     terms = SSMState.bytes_per_request(g, cfg)  # our conv window and its offset
     terms["peer"] = BASELINES[backend].bytes_per_request(dims_of(g), spec_of(cfg))
     terms["total"] = sum(terms.values())
