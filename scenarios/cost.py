@@ -192,6 +192,18 @@ def sglang_compact_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.T
     return _common(tb, g, w) + float(per_layer) * g.layers
 
 
+def sglang_kda_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
+    """SGLang's KDA round (fold every commit), per layer and active request: the recurrent verify reads the
+    checkpoint and writes the window's `w` raw records (raw v and k in the activation dtype, the per-K gate
+    and beta in fp32); the commit reads the checkpoint and the `accepted + 1` records and writes the
+    checkpoint."""
+    tb, w, a = TokenBytes.of(g, cfg), widths.long().cpu(), accepted.long().cpu()
+    H, HV, K, V, act = g.key_heads, g.value_heads, g.head_k_dim, g.head_v_dim, _nbytes(cfg.act_dtype)
+    rec = (HV * V + H * K) * act + HV * K * 4 + HV * 4
+    per_layer = ((w > 0) * 3 * tb.state + w * rec + (a + 1).clamp_min(0) * rec).sum()
+    return _common(tb, g, w) + float(per_layer) * g.layers
+
+
 def baseline_round_bytes(backend: str, g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor,
                          accepted: torch.Tensor) -> float:
     """A baseline row's bytes per round (SGLang's replay: the mean over its steady-state flush cycle, from
@@ -200,6 +212,8 @@ def baseline_round_bytes(backend: str, g: SSMGeometry, cfg: StateConfig, widths:
         return fla_round_bytes(g, cfg, widths, accepted)
     if backend == "flashinfer":
         return flashinfer_round_bytes(g, cfg, widths, accepted)
+    if g.family == "kda":
+        return sglang_kda_round_bytes(g, cfg, widths, accepted)
     ring = ring_len(cfg.mode, PoolSpec(cfg.mode, cfg.max_requests, cfg.width, history_len=cfg.history_len))
     if cfg.mode == "compact":
         return sglang_compact_round_bytes(g, cfg, widths, accepted, ring)

@@ -51,8 +51,8 @@ def unsupported(backend: str, g: SSMGeometry, cfg: StateConfig) -> str:
     return why or b.available(cfg.device)
 
 
-def variants(backend: str, mode: str, device: str) -> tuple[str, ...]:
-    return BASELINES[backend].variants(mode, device)
+def variants(backend: str, mode: str, family: str, device: str) -> tuple[str, ...]:
+    return BASELINES[backend].variants(mode, family, device)
 
 
 def describe(backend: str, g: SSMGeometry, cfg: StateConfig) -> str:

@@ -110,7 +110,8 @@ class SSMCase:
         """The variants of `mode` this case runs (the mode's only variant for native; a baseline's own,
         e.g. SGLang's dot precision)."""
         if is_baseline(backend):
-            return ssm_baselines.variants(backend, mode, str(self.options.get("device") or "cpu"))
+            return ssm_baselines.variants(backend, mode, str(self.options.get("family") or "gdn"),
+                                          str(self.options.get("device") or "cpu"))
         return {"compact": self.compact_commits, "replay": self.replay_forwards}.get(mode, MODE_VARIANTS[mode])
 
 

@@ -8,7 +8,8 @@
 # packages live in /tmp/site, which install.sh appends to sys.path: they fill what the box lacks and
 # shadow nothing (PYTHONPATH here is the repository alone).
 #
-# Usage: OUT=/tmp/p bash scripts/gpu_peers.sh [mtp] [decode] [bench]     (default: all three, in that order)
+# Usage: OUT=/tmp/p bash scripts/gpu_peers.sh [tests] [mtp] [decode] [bench]   (default: all four, in order)
+#   tests: the adapters' own tests on the real kernels (pytest -m cuda tests/test_baselines.py), a minute
 #   ROUNDS=8 CHECK=8 (rounds compared; requests checked against fp64)  MTP_BATCH=128,256  DECODE_BATCH=1,128
 # Writes under $OUT: peers.txt (what the adapters find), <step>.json / .log, runs.tgz (every run directory,
 # rewritten after each step), kernels.csv / kernels.txt (bench); prints the peers' rows beside ours last.
@@ -21,7 +22,7 @@ CHECK=${CHECK:-8}
 RUNS="$OUT/runs"
 mkdir -p "$RUNS"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-steps=${*:-mtp decode bench}
+steps=${*:-tests mtp decode bench}
 
 $PY - <<'EOF' | tee "$OUT/peers.txt"
 import sys
@@ -42,6 +43,10 @@ step() {
 common=(--preset qwen3-next --device cuda --state-dtype fp32 --rounds "$ROUNDS" --check-requests "$CHECK" --out "$RUNS" --json)
 for s in $steps; do
   case $s in
+    tests) start=$SECONDS
+           $PY -m pytest -q -p no:cacheprovider -m cuda tests/test_baselines.py > "$OUT/tests.txt" 2>&1 \
+             || echo "FAILED ($?): tests (see tests.txt)"
+           echo "== tests $((SECONDS - start)) s: $(tail -n 1 "$OUT/tests.txt")" ;;
     mtp) step mtp-fixed $PY -m harness run mtp-fixed "${common[@]}" --batch "${MTP_BATCH:-128,256}" --drafts 3 \
            --backend triton,fla,sglang,flashinfer ;;
     decode) step decode $PY -m harness run decode "${common[@]}" --batch "${DECODE_BATCH:-1,128}" \
@@ -51,7 +56,7 @@ for s in $steps; do
              --bv 16,32 --warps 1,2 --jobs "${JOBS:-12}" --out "$OUT/kernels.csv" > "$OUT/kernels.txt" 2> "$OUT/kernels.log" \
              || echo "FAILED ($?): bench (see kernels.log)"
            echo "== bench $((SECONDS - start)) s" ;;
-    *) echo "unknown step $s (mtp | decode | bench)"; exit 2 ;;
+    *) echo "unknown step $s (tests | mtp | decode | bench)"; exit 2 ;;
   esac
 done
 

@@ -13,6 +13,10 @@ What is checked here, on CPU:
     (tests/peer_doubles.py);
 * a peer missing, or at another version than pinned, makes the rows `unsupported` saying so; the pins
   agree with pyproject's extras.
+
+On a CUDA box (TRITON_INTERPRET=0; `pytest -m cuda`, scripts/gpu_peers.sh) the same drives run the real
+kernels there, FlashInfer's CuTe DSL ones and SGLang's KDA commit (whose loop index Triton's interpreter
+cannot run) included.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from typer.testing import CliRunner
 
 from harness.cli import app
+from kernels.common.triton_cpu import interpreting
 from kernels.ssm.baselines import BASELINES, Dims, PoolSpec
 from kernels.ssm.baselines.base import Peer, from_k_last, k_last
 from kernels.ssm.baselines.flashinfer import FlashInferPool
@@ -34,6 +39,8 @@ from kernels.ssm.baselines.sglang import SGLangGDNPool
 from peer_doubles import FlashInferGDNDouble
 
 ROOT = Path(__file__).resolve().parents[1]
+DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
+ON_GPU = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device with TRITON_INTERPRET=0")
 # the interpreter converts loaded index scalars with __index__ on 1-element arrays, which numpy deprecates
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0:DeprecationWarning")
 GDN = Dims("gdn", layers=2, key_heads=2, value_heads=4, head_k_dim=16, head_v_dim=16)
@@ -91,16 +98,17 @@ def _drive(pool, dims: Dims, plan, out_tol: float, state_tol: float, seed: int =
     """Load random states into SLOTS, check the read-back is exact, run `plan`'s rounds through the pool
     against the fp64 reference (outputs every layer, states every round), spare slots untouched."""
     gen = torch.Generator().manual_seed(seed)
+    dev = pool.spec.device
     L, H, HV, K, V, C = (dims.layers, dims.key_heads, dims.value_heads, dims.head_k_dim, dims.head_v_dim,
                          dims.conv_dim)
-    slots = torch.tensor(SLOTS)
-    spare = torch.tensor([s for s in range(CAP) if s not in SLOTS])
+    slots = torch.tensor(SLOTS, device=dev)
+    spare = torch.tensor([s for s in range(CAP) if s not in SLOTS], device=dev)
     for name, t in pool.tensors().items():  # poison everything first: the spare rows must keep these bits
         t.copy_(torch.randn(t.shape, generator=gen).to(t.dtype) if t.is_floating_point() else t)
     before = {name: (t[spare] if t.dim() == 1 else t[:, spare]).clone() for name, t in pool.tensors().items()}
     S0 = torch.randn(L, len(SLOTS), HV, K, V, generator=gen) * 0.3
-    pool.load(slots, S0)
-    assert torch.equal(pool.state(slots), S0), "our states -> the peer's layout -> ours is not exact"
+    pool.load(slots, S0.to(dev))
+    assert torch.equal(pool.state(slots).cpu(), S0), "our states -> the peer's layout -> ours is not exact"
     ref = S0.double()
     A_log = torch.empty(L, HV).uniform_(-2.0, 0.5, generator=gen)
     dt_bias = torch.empty(L, HV * (K if dims.family == "kda" else 1)).uniform_(-1, 1, generator=gen)
@@ -110,19 +118,20 @@ def _drive(pool, dims: Dims, plan, out_tol: float, state_tol: float, seed: int =
         cu = torch.zeros(n + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(torch.tensor(widths, dtype=torch.int32), 0)
         widths_t, accepted_t = torch.tensor(widths, dtype=torch.int32), torch.tensor(accepted, dtype=torch.int32)
-        pool.begin_round(slots, widths_t, cu)
+        pool.begin_round(slots, widths_t.to(dev), cu.to(dev))
         for layer in range(L):
             # padding rows past the valid tokens hold random values too: no peer may read them
             qkv = torch.randn(T, C, generator=gen).to(act)
             a = torch.randn(T, HV, *([K] if dims.family == "kda" else []), generator=gen).to(act)
             b = torch.randn(T, HV, generator=gen).to(act)
-            o = pool.forward(layer, qkv, a, b, A_log[layer], dt_bias[layer])
+            o = pool.forward(layer, qkv.to(dev), a.to(dev), b.to(dev), A_log[layer].to(dev),
+                             dt_bias[layer].to(dev)).cpu()
             o_ref, ref[layer] = _reference_round(ref[layer], dims, qkv, a, b, A_log[layer], dt_bias[layer], widths,
                                                  accepted)
             valid = int(cu[-1])
             assert _rms(o[:valid], o_ref) <= out_tol, f"round {rnd} layer {layer}: outputs {_rms(o[:valid], o_ref):.3g}"
-        pool.accept(accepted_t)
-        got = pool.state(slots)
+        pool.accept(accepted_t.to(dev))
+        got = pool.state(slots).cpu()
         assert _rms(got, ref) <= state_tol, f"round {rnd}: accepted states {_rms(got, ref):.3g}"
     for name, t in pool.tensors().items():
         rows = t[spare] if t.dim() == 1 else t[:, spare]
@@ -143,14 +152,14 @@ def test_fla_adapter_matches_reference(family):
     a state written per verified token; GDN through the KDA kernel with its gate broadcast over K)."""
     pytest.importorskip("fla", reason="fla-core is the optional `fla` extra")
     dims = GDN if family == "gdn" else KDA
-    pool = BASELINES["fla"].pool(dims, PoolSpec("native", CAP, W))
+    pool = BASELINES["fla"].pool(dims, PoolSpec("native", CAP, W, device=DEVICE))
     # fla writes outputs in the activation dtype: one bf16 rounding (~2^-9 RMS); its states are fp32
     _drive(pool, dims, ROUNDS, out_tol=5e-3, state_tol=1e-5, act=torch.bfloat16)
 
 
 def test_fla_adapter_decode_in_place():
     pytest.importorskip("fla", reason="fla-core is the optional `fla` extra")
-    pool = BASELINES["fla"].pool(GDN, PoolSpec("native", CAP, 1))
+    pool = BASELINES["fla"].pool(GDN, PoolSpec("native", CAP, 1, device=DEVICE))
     _drive(pool, GDN, DECODE, out_tol=5e-3, state_tol=1e-5)
 
 
@@ -173,13 +182,15 @@ def _sglang_or_skip():
     return BASELINES["sglang"]
 
 
-@pytest.mark.parametrize("mode, history_len", [("replay", 8), ("replay", 16), ("compact", 16)])
+# L = 16 builds history up and flushes at round 4; L = 8 (= 2W) flushes every round (the slow suite's)
+@pytest.mark.parametrize("mode, history_len", [pytest.param("replay", 8, marks=pytest.mark.slow), ("replay", 16),
+                                               ("compact", 16)])
 def test_sglang_kernels_in_the_interpreter(mode, history_len):
     """SGLang's own kernel file, loaded alone, through the adapter: replay with flushes every round (L = 8 =
     2W) and with history building up (L = 16), compact folding every commit. IEEE dots (the interpreter's,
     and SGLang's default off NVIDIA); fp32 rings (Triton 3.6's interpreter computes bf16 tl.dot wrongly)."""
     b = _sglang_or_skip()
-    spec = PoolSpec(mode, CAP, W, history_len=history_len, variant="ieee")
+    spec = PoolSpec(mode, CAP, W, history_len=history_len, variant="ieee", device=DEVICE)
     pool = b.pool(GDN, spec)
     plan = ROUNDS + ROUNDS[:2] if mode == "replay" else ROUNDS
     _drive(pool, GDN, plan, out_tol=1e-5, state_tol=1e-5)
@@ -306,3 +317,41 @@ def test_our_backends_and_the_peers_are_named_once():
     assert set(OUR_BACKENDS) == set(BACKENDS)
     assert not set(BACKENDS) & set(BASELINES)
     assert SSM_BACKENDS == (*BACKENDS, *BASELINES)
+
+
+@pytest.mark.cuda
+@ON_GPU
+def test_sglang_kda_compact_on_gpu():
+    """SGLang's KDA ReplaySSM through the adapter (fold every commit: the recurrent verify writes the window's
+    raw records into the ring, the all-layer commit replays the accepted prefix into the K-last checkpoint).
+    GPU only: the commit kernel calls `.to` on its loop index, a Python int in Triton's interpreter."""
+    b = _sglang_or_skip()
+    pool = b.pool(KDA, PoolSpec("compact", CAP, W, device=DEVICE))
+    # outputs in the activation dtype (q's): one bf16 rounding; the folded states are fp32
+    _drive(pool, KDA, ROUNDS, out_tol=5e-3, state_tol=1e-5)
+    assert "sglang" not in sys.modules
+
+
+@pytest.mark.cuda
+@ON_GPU
+@pytest.mark.parametrize("width, plan", [(W, ROUNDS), (1, DECODE)], ids=["mtp", "decode"])
+def test_flashinfer_adapter_on_gpu(width, plan):
+    """FlashInfer's own CuTe DSL kernels through the adapter, at the head dims they take (K = V = 128)."""
+    b = BASELINES["flashinfer"]
+    why = b.available(DEVICE)
+    if why:
+        pytest.skip(why)
+    dims = Dims("gdn", layers=1, key_heads=2, value_heads=4, head_k_dim=128, head_v_dim=128)
+    _drive(b.pool(dims, PoolSpec("native", CAP, width, device=DEVICE)), dims, plan, out_tol=5e-3, state_tol=1e-5)
+
+
+@pytest.mark.cuda
+@ON_GPU
+@pytest.mark.parametrize("precision, out_tol", [("ieee", 1e-5), ("tf32", 5e-3), ("bf16x3", 1e-4)])
+def test_sglang_gdn_replay_on_gpu_at_its_precisions(precision, out_tol):
+    """SGLang's GDN replay verify on the GPU: IEEE products within the fp32 contract, TF32 ones about 1e-3
+    off (what the report shows for its default), bf16x3 in between; states fold exactly either way."""
+    b = _sglang_or_skip()
+    dims = Dims("gdn", layers=1, key_heads=2, value_heads=4, head_k_dim=128, head_v_dim=128)
+    pool = b.pool(dims, PoolSpec("replay", CAP, W, history_len=16, variant=precision, device=DEVICE))
+    _drive(pool, dims, ROUNDS + ROUNDS, out_tol=out_tol, state_tol=1e-5)

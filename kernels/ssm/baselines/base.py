@@ -201,8 +201,8 @@ class Baseline:
         """Import the peer's functions (raises `PeerUnavailable`)."""
         raise NotImplementedError
 
-    def variants(self, mode: str, device: str) -> tuple[str, ...]:
-        """The baseline's variants of `mode` (the row's `variant` column), default first."""
+    def variants(self, mode: str, family: str, device: str) -> tuple[str, ...]:
+        """The baseline's variants of `mode` for `family` (the row's `variant` column), default first."""
         return ("",)
 
     def describe(self, spec: PoolSpec, dims: Dims) -> str:

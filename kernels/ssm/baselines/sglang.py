@@ -20,14 +20,20 @@ cursors: `write_pos` (committed records), `cache_base` (where the ring starts), 
   `tl.dot` products of the key ring and the decayed update vectors; with a bf16 ring their hi/lo
   residual parts are kept too). The ring needs `L >= 16` for its `tl.dot`.
 
-The kernel file is loaded alone from the installed wheel: it imports two helper names from modules
-that pull in SGLang's server stack (`is_tf32_supported`, `is_gfx95_supported`), which are provided
-here with SGLang's own definitions. KDA: SGLang's KDA ReplaySSM (`kda_replayssm_spec_decode.py`) is a
-commit-time exact fold of the accepted raw window behind its recurrent verify kernel, not wrapped yet.
+KDA (`kda_replayssm_spec_decode.py`): SGLang's KDA ReplaySSM is a fold-every-commit scheme, the
+harness's compact mode: its recurrent verify (`fused_sigmoid_gating_delta_rule_update` with
+`disable_state_update=True, cache_ring=True`) reads the checkpoint and stores the window's raw k, v, gate
+(per K) and beta into a per-slot ring; `commit_kda_replayssm_spec_all_layers` replays the accepted prefix
+into the checkpoint (sequential fp32 steps, one launch for all layers). There is no KDA replay.
+
+The kernel files are loaded alone from the installed wheel: they import helper names from modules that
+pull in SGLang's server stack (`is_tf32_supported`, `is_gfx95_supported`, `is_arch_support_pdl`,
+`get_device_sm`, ...), which are provided here with SGLang's own definitions.
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
@@ -41,6 +47,8 @@ from kernels.ssm.baselines.loading import load_file
 PEER = Peer("sglang", "0.5.23", extra="sglang",
             install="pip install --no-deps sglang==0.5.23: the adapter loads one kernel file from it")
 KERNEL_FILE = "sglang/kernels/ops/attention/linear/gdn_replayssm_spec_decode.py"
+KDA_VERIFY_FILE = "sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py"
+KDA_COMMIT_FILE = "sglang/kernels/ops/attention/linear/kda_replayssm_spec_decode.py"
 PRECISIONS = ("tf32", "ieee", "tf32x3", "bf16x3")  # Triton's tl.dot input precisions the kernel passes through
 COMPACT_RING = 16  # the commit's tl.dot needs a reduction dimension of at least 16
 
@@ -53,6 +61,38 @@ def _is_nvidia_sm80() -> bool:
 def _is_gfx95() -> bool:
     """SGLang's `is_gfx95_supported`: an AMD gfx95 GPU."""
     return bool(torch.version.hip) and "gfx95" in torch.cuda.get_device_properties(0).gcnArchName
+
+
+def _cuda_capability() -> tuple[int, int]:
+    ok = torch.cuda.is_available() and torch.version.cuda is not None
+    return torch.cuda.get_device_capability(0) if ok else (0, 0)
+
+
+def _sglang_srt_utils() -> dict[str, Any]:
+    """`sglang.srt.utils`' device predicates the recurrent kernel file reads at import, as SGLang defines them."""
+    cuda = torch.cuda.is_available() and torch.version.cuda is not None
+    cuda_version = tuple(int(x) for x in (torch.version.cuda or "0.0").split(".")[:2])
+    return {
+        "get_device_sm": lambda: _cuda_capability()[0] * 10 + _cuda_capability()[1],
+        "is_cuda": lambda: cuda,
+        "is_hip": lambda: torch.version.hip is not None,
+        "is_gfx95_supported": _is_gfx95,
+        "is_sm90_supported": lambda: cuda and _cuda_capability()[0] == 9 and cuda_version >= (12, 3),
+    }
+
+
+def load_kda_kernels() -> Any:
+    """SGLang's KDA ReplaySSM pair: the recurrent verify (ring-writing) and the all-layer commit fold."""
+    PEER.check()
+    verify = load_file(PEER.file(KDA_VERIFY_FILE), "sglang_fused_sigmoid_gating_recurrent", provide={
+        # PDL (programmatic dependent launch) on SM90+, as SGLang decides it; it only overlaps launches
+        "sglang.kernels.jit.utils": {"is_arch_support_pdl": lambda: torch.version.hip is None
+                                     and _cuda_capability()[0] >= 9},
+        "sglang.srt.utils": _sglang_srt_utils(),
+    })
+    commit = load_file(PEER.file(KDA_COMMIT_FILE), "sglang_kda_replayssm_spec_decode")
+    return types.SimpleNamespace(verify=verify.fused_sigmoid_gating_delta_rule_update,
+                                 commit=commit.commit_kda_replayssm_spec_all_layers)
 
 
 def load_kernels() -> Any:
@@ -70,8 +110,8 @@ def default_precision(device: str) -> str:
 
 
 def ring_len(mode: str, spec: PoolSpec) -> int:
-    """The ring length L: the harness's history length for replay; the smallest the commit's tl.dot takes
-    (and at least the window) for compact."""
+    """GDN's ring length L: the harness's history length for replay; for compact the smallest its commit's
+    tl.dot takes (and at least the window). (KDA's ring is the window, W records.)"""
     if mode == "replay":
         return spec.history_len
     return max(COMPACT_RING, 1 << (spec.width - 1).bit_length())
@@ -85,9 +125,9 @@ class SGLang(Baseline):
         return load_kernels()
 
     def unsupported(self, mode: str, family: str, spec: PoolSpec, dims: Dims) -> str:
-        if family != "gdn":
-            return (f"SGLang {PEER.pin}'s KDA ReplaySSM is a commit-time fold of the accepted raw window behind its "
-                    "recurrent verify (the harness's compact mode); this adapter wraps its GDN kernels only")
+        if family == "kda" and mode == "replay":
+            return (f"SGLang {PEER.pin}'s KDA ReplaySSM folds every commit (the harness's compact mode); it keeps no "
+                    "KDA history to replay")
         if mode == "native":
             return ("SGLang's ReplaySSM kernels keep a checkpoint and a ring (replay, compact); its native verify is "
                     "fla's fused_recurrent family, run by the fla backend")
@@ -96,6 +136,8 @@ class SGLang(Baseline):
                     "activation-dtype tensor-core products with residual keys, not wrapped)")
         if dims.head_k_dim & (dims.head_k_dim - 1) or dims.head_k_dim < 16:
             return f"SGLang's verify tiles K in powers of two of at least 16 (K = {dims.head_k_dim})"
+        if family == "kda":
+            return ""
         L = ring_len(mode, spec)
         if mode == "replay" and L < 2 * spec.width:
             return (f"SGLang's ring of L = --history-len {L} records flushes when write_pos + 2W > L, so it needs "
@@ -104,11 +146,17 @@ class SGLang(Baseline):
             return "compact needs drafts"
         return ""
 
-    def variants(self, mode: str, device: str) -> tuple[str, ...]:
-        """The verify's dot precision, the kernel's default on the device (bench_kernels times the others)."""
-        return (default_precision(device),) if mode in ("replay", "compact") else ("",)
+    def variants(self, mode: str, family: str, device: str) -> tuple[str, ...]:
+        """GDN: the verify's dot precision, the kernel's default on the device (bench_kernels times the others);
+        KDA's verify is recurrent (fp32 FMA), one variant."""
+        return (default_precision(device),) if mode in ("replay", "compact") and family == "gdn" else ("",)
 
     def describe(self, spec: PoolSpec, dims: Dims) -> str:
+        if dims.family == "kda":
+            return (f"SGLang {PEER.pin} fused_sigmoid_gating_delta_rule_update verify (disable_state_update, cache_ring: "
+                    f"the window's raw k, v, gate and beta into a ring of {spec.width} records) + "
+                    "commit_kda_replayssm_spec_all_layers (the accepted prefix folded into the K-last checkpoint); "
+                    "fp32 FMA, outputs in the activation dtype")
         L = ring_len(spec.mode, spec)
         dots = f"{spec.variant} dots" if spec.variant else "dots at the kernel default"
         if spec.mode == "replay":
@@ -123,9 +171,13 @@ class SGLang(Baseline):
                    if spec.mode == "compact" else ""))
 
     def pool(self, dims: Dims, spec: PoolSpec) -> PeerPool:
+        if dims.family == "kda":
+            return SGLangKDAPool(dims, spec, load_kda_kernels())
         return SGLangGDNPool(dims, spec, self.load(spec.device))
 
     def bytes_per_request(self, dims: Dims, spec: PoolSpec) -> int:
+        if dims.family == "kda":
+            return sum(kda_ring_bytes(dims, spec).values())
         return sum(ring_bytes(dims, spec).values()) + 9  # + write_pos, cache_base (int32) and is_flush (int8)
 
 
@@ -267,8 +319,70 @@ class SGLangGDNPool(PeerPool):
             )
 
 
+def kda_ring_bytes(dims: Dims, spec: PoolSpec) -> dict[str, int]:
+    """Bytes per request of the KDA pool's tensors (all layers): checkpoint and the window's raw ring."""
+    nb = lambda dt: torch.empty((), dtype=dt).element_size()  # noqa: E731
+    H, HV, K, V, Ly, W = dims.key_heads, dims.value_heads, dims.head_k_dim, dims.head_v_dim, dims.layers, spec.width
+    act = nb(spec.act_dtype)
+    out = {"checkpoint": HV * V * K * nb(spec.state_dtype), "rawv": HV * W * V * act, "rawk": H * W * K * act,
+           "g": HV * W * K * 4, "beta": HV * W * 4}
+    return {name: b * Ly for name, b in out.items()}
+
+
+class SGLangKDAPool(PeerPool):
+    """SGLang's KDA layout, `[L, slots, ...]`: the K-last checkpoint (always the accepted state) and the ring
+    of the round's raw records at positions 0..W-1 of each slot."""
+
+    def __init__(self, dims: Dims, spec: PoolSpec, kernels: Any) -> None:
+        self.dims, self.spec, self.k_ops = dims, spec, kernels
+        H, HV, K, V, Ly, cap, W = (dims.key_heads, dims.value_heads, dims.head_k_dim, dims.head_v_dim, dims.layers,
+                                   spec.capacity, spec.width)
+        z = lambda *shape, dtype: torch.zeros(*shape, dtype=dtype, device=spec.device)  # noqa: E731
+        self.checkpoint = z(Ly, cap, HV, V, K, dtype=spec.state_dtype)
+        self.rawv = z(Ly, cap, HV, W, V, dtype=spec.act_dtype)
+        self.rawk = z(Ly, cap, H, W, K, dtype=spec.act_dtype)
+        self.g = z(Ly, cap, HV, W, K, dtype=torch.float32)
+        self.beta = z(Ly, cap, HV, W, dtype=torch.float32)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"checkpoint": self.checkpoint, "rawv": self.rawv, "rawk": self.rawk, "g": self.g, "beta": self.beta}
+
+    def reset(self, slots: torch.Tensor) -> None:
+        for t in self.tensors().values():
+            t[:, slots] = 0
+
+    def load(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
+        self.reset(slots)
+        self.checkpoint[:, slots] = k_last(ssm).to(self.spec.state_dtype)
+
+    def state(self, slots: torch.Tensor) -> torch.Tensor:
+        """The checkpoint: the commit folds every round's accepted prefix, so nothing is pending between rounds."""
+        return from_k_last(self.checkpoint[:, slots]).contiguous()
+
+    def begin_round(self, slots: torch.Tensor, widths: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+        self.slots, self.widths, self.cu = slots, widths, cu_seqlens
+
+    def forward(self, layer: int, qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
+                dt_bias: torch.Tensor) -> torch.Tensor:
+        d = self.dims
+        q, k, v = (x[None] for x in d.split_qkv(qkv))  # [1, T, heads, dim] views: the kernel takes token strides
+        o = self.k_ops.verify(
+            A_log, a[None], dt_bias, 1.0, 20.0, q, k, v, b[None], self.checkpoint[layer], self.slots,
+            scale=d.head_k_dim**-0.5, use_qk_l2norm_in_kernel=True, cu_seqlens=self.cu, is_kda=True,
+            lower_bound=d.lower_bound, disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv[layer],
+            replayssm_rawk=self.rawk[layer], replayssm_g=self.g[layer], replayssm_beta=self.beta[layer],
+        )
+        return o[0]
+
+    def accept(self, accepted: torch.Tensor) -> None:
+        num = torch.where(self.widths > 0, accepted + 1, 0).to(torch.int32)  # SGLang counts the bonus token
+        self.k_ops.commit(self.checkpoint, self.rawv, self.rawk, self.g, self.beta, self.slots, num,
+                          max_cache_len=self.spec.width, num_k_heads=self.dims.key_heads, null_block_id=-1)
+
+
 def _pow2(x: int) -> int:
     return 1 << (x - 1).bit_length()
 
 
-__all__ = ["PEER", "PRECISIONS", "SGLang", "SGLangGDNPool", "PeerUnavailable", "default_precision", "load_kernels"]
+__all__ = ["PEER", "PRECISIONS", "SGLang", "SGLangGDNPool", "SGLangKDAPool", "PeerUnavailable", "default_precision",
+           "load_kda_kernels", "load_kernels"]
