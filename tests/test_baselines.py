@@ -183,8 +183,9 @@ def _sglang_or_skip():
 
 
 # L = 16 builds history up and flushes at round 4; L = 8 (= 2W) flushes every round (the slow suite's)
+# (compact also runs end to end in test_a_run_with_peers_beside_ours)
 @pytest.mark.parametrize("mode, history_len", [pytest.param("replay", 8, marks=pytest.mark.slow), ("replay", 16),
-                                               ("compact", 16)])
+                                               pytest.param("compact", 16, marks=pytest.mark.slow)])
 def test_sglang_kernels_in_the_interpreter(mode, history_len):
     """SGLang's own kernel file, loaded alone, through the adapter: replay with flushes every round (L = 8 =
     2W) and with history building up (L = 16), compact folding every commit. IEEE dots (the interpreter's,
@@ -262,19 +263,25 @@ def test_a_missing_or_other_version_peer_says_so(monkeypatch):
 
 
 def test_rows_of_a_missing_peer_are_unsupported_with_the_reason(tmp_path, monkeypatch, light_runs):
-    """`--backend torch,sglang,flashinfer` on CPU with SGLang missing: every sglang row is unsupported, the
+    """`--backend torch,fla,sglang,flashinfer` on CPU with SGLang missing: every sglang row is unsupported, the
     replay row saying SGLang is not installed, the native row saying SGLang has no native kernel; every
-    flashinfer row is unsupported (no GPU here, and no compact/replay on SM90); our rows pass."""
+    flashinfer row is unsupported (no GPU here, and no compact/replay on SM90); fla's native row passes beside
+    ours (its comparisons reported under `baseline`), its other modes unsupported; our rows pass."""
+    pytest.importorskip("fla", reason="fla-core is the optional `fla` extra")
     real = Peer.installed
     monkeypatch.setattr(Peer, "installed", lambda self: None if self.dist == "sglang" else real(self))
-    result = CliRunner().invoke(app, ["run", "mtp-fixed", "--preset", "tiny-gdn", "--backend", "torch,sglang,flashinfer",
+    result = CliRunner().invoke(app, ["run", "mtp-fixed", "--preset", "tiny-gdn",
+                                      "--backend", "torch,fla,sglang,flashinfer",
                                       "--batch", "2", "--rounds", "1", "--history-len", "8", "--out", str(tmp_path),
                                       "--warmup", "0", "--rep", "2"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     run = next(p for p in tmp_path.iterdir() if p.is_dir())
     df = pd.read_csv(run / "throughput.csv", keep_default_na=False)
-    ours, peers = df[df["backend"] == "torch"], df[df["backend"] != "torch"]
+    ours = df[df["backend"] == "torch"]
+    fla_native = df[(df["backend"] == "fla") & (df["mode"] == "native")].iloc[0]
+    peers = df[(df["backend"] != "torch") & ~((df["backend"] == "fla") & (df["mode"] == "native"))]
     assert set(ours["status"]) == {"passed"}
+    assert fla_native["status"] == "passed" and fla_native["median_us"] != "" and "fused_recurrent_kda_fwd" in fla_native["reason"]
     assert set(peers["status"]) == {"unsupported"}
     why = {(r.backend, r.mode): r.reason for r in peers.itertuples()}
     assert why[("sglang", "replay")].startswith("sglang==0.5.23 is not installed here")
@@ -282,6 +289,9 @@ def test_rows_of_a_missing_peer_are_unsupported_with_the_reason(tmp_path, monkey
     assert "native verify is fla's fused_recurrent family" in why[("sglang", "native")]
     assert "K, V >= 128" in why[("flashinfer", "native")]
     assert "ReplaySSM verify needs SM100/SM103" in why[("flashinfer", "replay")]
+    assert "fla-core has no replay state kernel" in why[("fla", "replay")]
+    eq = (run / "equivalence.md").read_text()
+    assert "| native/fla vs fp64-reference | ssm |" in eq and "| native/fla vs native/torch | o |" in eq
     # no timing on a row that did not run
     assert (peers["median_us"] == "").all()
 
@@ -355,3 +365,38 @@ def test_sglang_gdn_replay_on_gpu_at_its_precisions(precision, out_tol):
     dims = Dims("gdn", layers=1, key_heads=2, value_heads=4, head_k_dim=128, head_v_dim=128)
     pool = b.pool(dims, PoolSpec("replay", CAP, W, history_len=16, variant=precision, device=DEVICE))
     _drive(pool, dims, ROUNDS + ROUNDS, out_tol=out_tol, state_tol=1e-5)
+
+
+@pytest.mark.slow  # 20-40 s of interpreted peers; the fast suite runs fla's rows end to end in the test above
+def test_a_run_with_peers_beside_ours(tmp_path, light_runs):
+    """`--backend torch,fla,sglang` end to end: the peers' rows pass (timed, bytes counted, the kernel named in
+    the reason, SGLang's dot precision as the variant), their comparisons are in the report under `baseline`
+    against the fp64 reference and our native, and the tables say how ours compares with the best peer."""
+    if BASELINES["sglang"].peer.installed() != BASELINES["sglang"].peer.pin:
+        pytest.skip("sglang 0.5.23 is not installed here (pip install --no-deps sglang==0.5.23)")
+    pytest.importorskip("fla", reason="fla-core is the optional `fla` extra")
+    result = CliRunner().invoke(app, ["run", "mtp-fixed", "--preset", "tiny-gdn", "--backend", "torch,fla,sglang",
+                                      "--modes", "native,compact", "--compact-commit", "accept", "--batch", "2",
+                                      "--rounds", "2", "--out", str(tmp_path), "--warmup", "0", "--rep", "2"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    run = next(p for p in tmp_path.iterdir() if p.is_dir())
+    df = pd.read_csv(run / "throughput.csv", keep_default_na=False)
+    rows = {(r.backend, r.mode): r for r in df.itertuples()}
+    for key in [("fla", "native"), ("sglang", "compact")]:
+        r = rows[key]
+        assert r.status == "passed" and r.median_us != "" and int(r.bytes_moved) > 0, key
+        assert "baseline:" in r.reason, r.reason
+    assert rows[("sglang", "compact")].variant == "ieee" and "ieee dots" in rows[("sglang", "compact")].reason
+    assert rows[("fla", "compact")].status == "unsupported" and rows[("sglang", "native")].status == "unsupported"
+    eq = (run / "equivalence.md").read_text()
+    assert "baseline: a peer's kernels vs the fp64 reference and our native (reported, not gated)" in eq
+    for pair in ("native/fla vs native/torch", "native/fla vs fp64-reference", "compact-ieee/sglang vs native/torch",
+                 "compact-ieee/sglang vs fp64-reference"):
+        assert f"| {pair} | o |" in eq and f"| {pair} | ssm |" in eq, pair
+    assert "PASS" in eq.splitlines()[2]
+    from results.store import load_run
+    from results.tables import render_markdown
+
+    md = render_markdown(load_run(run))
+    assert "native: x faster than best peer" in md and "compact-accept: x faster than best peer" in md

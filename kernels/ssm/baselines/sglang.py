@@ -137,7 +137,9 @@ class SGLang(Baseline):
         if dims.head_k_dim & (dims.head_k_dim - 1) or dims.head_k_dim < 16:
             return f"SGLang's verify tiles K in powers of two of at least 16 (K = {dims.head_k_dim})"
         if family == "kda":
-            return ""
+            return ("" if str(spec.device).startswith("cuda") else
+                    "SGLang's KDA commit kernel runs on CUDA only (it calls .to on its loop index, a Python int in "
+                    "Triton's interpreter)")
         L = ring_len(mode, spec)
         if mode == "replay" and L < 2 * spec.width:
             return (f"SGLang's ring of L = --history-len {L} records flushes when write_pos + 2W > L, so it needs "
