@@ -179,6 +179,55 @@ class PeerPool:
         return 1
 
 
+class NativeRowsPool(PeerPool):
+    """The native layout the peers' native kernels write in place: `rows [L, slots, W, HV, ...]`, a state
+    per verified token of a slot (row `slot * W + t` of a layer's flat view), and the accepted row of each
+    slot, which acceptance picks (nothing copied). `K_LAST` stores each state `[V, K]` (the peers' K-last
+    layout) instead of our `[K, V]`; `DTYPE` fixes the pool's dtype (else the state dtype)."""
+
+    K_LAST: ClassVar[bool] = False
+    DTYPE: ClassVar[torch.dtype | None] = None
+
+    def __init__(self, dims: Dims, spec: PoolSpec) -> None:
+        self.dims, self.spec = dims, spec
+        d = dims
+        state = (d.head_v_dim, d.head_k_dim) if self.K_LAST else (d.head_k_dim, d.head_v_dim)
+        self.rows = torch.zeros(d.layers, spec.capacity, spec.width, d.value_heads, *state,
+                                dtype=self.DTYPE or spec.state_dtype, device=spec.device)
+        self.accepted = torch.zeros(spec.capacity, dtype=torch.int32, device=spec.device)
+
+    @classmethod
+    def bytes_per_request(cls, dims: Dims, spec: PoolSpec) -> int:
+        """W states per layer, and the accepted row."""
+        size = torch.empty((), dtype=cls.DTYPE or spec.state_dtype).element_size()
+        return dims.layers * spec.width * dims.value_heads * dims.head_k_dim * dims.head_v_dim * size + 4
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"rows": self.rows, "accepted": self.accepted}
+
+    def reset(self, slots: torch.Tensor) -> None:
+        self.rows[:, slots] = 0
+        self.accepted[slots] = 0
+
+    def load(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
+        self.rows[:, slots, 0] = (k_last(ssm) if self.K_LAST else ssm).to(self.rows.dtype)
+        self.accepted[slots] = 0
+
+    def state(self, slots: torch.Tensor) -> torch.Tensor:
+        picked = self.rows[:, slots, self.accepted[slots].long()]
+        return from_k_last(picked).contiguous() if self.K_LAST else picked
+
+    def flat(self, layer: int) -> torch.Tensor:
+        """Layer `layer`'s rows as the `[slots * W, HV, ...]` pool the peers index."""
+        return self.rows[layer].flatten(0, 1)
+
+    def begin_round(self, slots: torch.Tensor, widths: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+        self.slots, self.widths = slots, widths
+
+    def accept(self, accepted: torch.Tensor) -> None:
+        self.accepted[self.slots] = torch.where(self.widths > 0, accepted, self.accepted[self.slots])
+
+
 class Baseline:
     """A peer's kernels as a backend of the harness: what it runs, and its pools."""
 

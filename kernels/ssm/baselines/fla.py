@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernels.ssm.baselines.base import Baseline, Dims, Peer, PeerPool, PeerUnavailable, PoolSpec
+from kernels.ssm.baselines.base import Baseline, Dims, NativeRowsPool, Peer, PeerPool, PeerUnavailable, PoolSpec
 
 PEER = Peer("fla-core", "0.6.0", extra="fla")
 
@@ -57,37 +57,20 @@ class Fla(Baseline):
         return FlaPool(dims, spec, self.load(spec.device))
 
     def bytes_per_request(self, dims: Dims, spec: PoolSpec) -> int:
-        state = dims.value_heads * dims.head_k_dim * dims.head_v_dim * torch.empty((), dtype=spec.state_dtype).element_size()
-        return dims.layers * spec.width * state + 4  # + the accepted row
+        return FlaPool.bytes_per_request(dims, spec)
 
 
-class FlaPool(PeerPool):
-    """The native pool layout, `ssm [L, slots, W, HV, K, V]`, and the accepted row of each slot."""
+class FlaPool(NativeRowsPool):
+    """Our native layout (`[K, V]` states in the state dtype), run in place by fla's kernel."""
 
     def __init__(self, dims: Dims, spec: PoolSpec, kernel) -> None:
-        self.dims, self.spec, self.kernel = dims, spec, kernel
-        d, W = dims, spec.width
-        self.ssm = torch.zeros(d.layers, spec.capacity, W, d.value_heads, d.head_k_dim, d.head_v_dim,
-                               dtype=spec.state_dtype, device=spec.device)
-        self.accepted = torch.zeros(spec.capacity, dtype=torch.int32, device=spec.device)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {"ssm": self.ssm, "accepted": self.accepted}
-
-    def reset(self, slots: torch.Tensor) -> None:
-        self.ssm[:, slots] = 0
-        self.accepted[slots] = 0
-
-    def load(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
-        self.ssm[:, slots, 0] = ssm.to(self.spec.state_dtype)
-        self.accepted[slots] = 0
-
-    def state(self, slots: torch.Tensor) -> torch.Tensor:
-        return self.ssm[:, slots, self.accepted[slots].long()]
+        super().__init__(dims, spec)
+        self.kernel = kernel
 
     def begin_round(self, slots: torch.Tensor, widths: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
         W = self.spec.width
-        self.slots, self.widths, self.cu = slots, widths, cu_seqlens.long()
+        super().begin_round(slots, widths, cu_seqlens)
+        self.cu = cu_seqlens.long()
         # (request, token) -> row of the flat pool layer (slot * W + t); decode: the slot's own row
         self.indices = slots if W == 1 else slots[:, None] * W + torch.arange(W, device=slots.device)
         self.num_accepted = None if W == 1 else self.accepted[slots] + 1  # fla reads row indices[r, num - 1]
@@ -95,20 +78,16 @@ class FlaPool(PeerPool):
     def forward(self, layer: int, qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor,
                 dt_bias: torch.Tensor) -> torch.Tensor:
         d = self.dims
-        HV, K, V = d.value_heads, d.head_k_dim, d.head_v_dim
+        K = d.head_k_dim
         q, k, v = (x.contiguous()[None] for x in d.split_qkv(qkv))
         g, beta, dtb, lower = fla_gate_inputs(a, b, dt_bias, K, d.family, d.lower_bound)
-        rows = self.ssm[layer].view(-1, HV, K, V)
         o, _ = self.kernel(
-            q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dtb, initial_state=rows, scale=K**-0.5,
+            q, k, v, g=g, beta=beta, A_log=A_log, dt_bias=dtb, initial_state=self.flat(layer), scale=K**-0.5,
             inplace_final_state=True, cu_seqlens=self.cu, ssm_state_indices=self.indices,
             num_accepted_tokens=self.num_accepted, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
             use_beta_sigmoid_in_kernel=True, lower_bound=lower,
         )
         return o[0]
-
-    def accept(self, accepted: torch.Tensor) -> None:
-        self.accepted[self.slots] = torch.where(self.widths > 0, accepted, self.accepted[self.slots])
 
 
 def fla_gate_inputs(a: torch.Tensor, b: torch.Tensor, dt_bias: torch.Tensor, K: int, family: str,

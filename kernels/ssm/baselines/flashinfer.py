@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from kernels.ssm.baselines.base import (
-    Baseline, Dims, Peer, PeerPool, PeerUnavailable, PoolSpec, from_k_last, k_last, padded_tokens,
+    Baseline, Dims, NativeRowsPool, Peer, PeerPool, PeerUnavailable, PoolSpec, padded_tokens,
 )
 from kernels.ssm.baselines.loading import load_submodule
 
@@ -84,36 +84,22 @@ class FlashInfer(Baseline):
         return FlashInferPool(dims, spec, self.load(spec.device))
 
     def bytes_per_request(self, dims: Dims, spec: PoolSpec) -> int:
-        return dims.layers * spec.width * dims.value_heads * dims.head_k_dim * dims.head_v_dim * 4 + 4
+        return FlashInferPool.bytes_per_request(dims, spec)
 
 
-class FlashInferPool(PeerPool):
-    """`pool [L, slots, W, HV, V, K]` fp32 (row `slot * W + t` of a layer's flat view), the accepted row."""
+class FlashInferPool(NativeRowsPool):
+    """The native layout K-last in fp32, the pool FlashInfer's kernels index."""
+
+    K_LAST = True
+    DTYPE = torch.float32
 
     def __init__(self, dims: Dims, spec: PoolSpec, gdn: Any) -> None:
-        self.dims, self.spec, self.gdn = dims, spec, gdn
-        d = dims
-        self.pool = torch.zeros(d.layers, spec.capacity, spec.width, d.value_heads, d.head_v_dim, d.head_k_dim,
-                                dtype=torch.float32, device=spec.device)
-        self.accepted = torch.zeros(spec.capacity, dtype=torch.int32, device=spec.device)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {"pool": self.pool, "accepted": self.accepted}
-
-    def reset(self, slots: torch.Tensor) -> None:
-        self.pool[:, slots] = 0
-        self.accepted[slots] = 0
-
-    def load(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:
-        self.pool[:, slots, 0] = k_last(ssm).float()
-        self.accepted[slots] = 0
-
-    def state(self, slots: torch.Tensor) -> torch.Tensor:
-        return from_k_last(self.pool[:, slots, self.accepted[slots].long()]).contiguous()
+        super().__init__(dims, spec)
+        self.gdn = gdn
 
     def begin_round(self, slots: torch.Tensor, widths: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
         W = self.spec.width
-        self.slots, self.widths = slots, widths
+        super().begin_round(slots, widths, cu_seqlens)
         live = widths > 0
         rows = slots.to(torch.int32) * W
         # read row: the accepted snapshot; -1 (idle) makes the kernels skip the request
@@ -135,7 +121,7 @@ class FlashInferPool(PeerPool):
         # one gather per part: each comes out contiguous [n, W, heads, dim], as the CuTe kernels take it
         q, k, v = (self._batch_major(t) for t in d.split_qkv(qkv))
         a3, b3 = self._batch_major(a), self._batch_major(b)
-        flat = self.pool[layer].view(-1, d.value_heads, d.head_v_dim, d.head_k_dim)
+        flat = self.flat(layer)
         scale = d.head_k_dim**-0.5
         if W == 1:
             o, _ = self.gdn.gated_delta_rule_decode_pretranspose(
@@ -148,9 +134,6 @@ class FlashInferPool(PeerPool):
         out = torch.zeros(n * W + 1, d.value_heads, d.head_v_dim, dtype=o.dtype, device=o.device)
         out[self.dest] = o.flatten(0, 1)  # back to packed rows
         return out[: n * W]
-
-    def accept(self, accepted: torch.Tensor) -> None:
-        self.accepted[self.slots] = torch.where(self.widths > 0, accepted, self.accepted[self.slots])
 
 
 __all__ = ["PEER", "FlashInfer", "FlashInferPool", "load_gdn_decode"]
