@@ -129,14 +129,13 @@ def _flashinfer(geom, params, n, drafts, state_dtype, device) -> list[Case]:
     scatter_read = idx * T
     scatter = (idx[:, None] * T + torch.arange(T, dtype=torch.int32, device=device)).contiguous()
 
-    def mtp(**kw):
-        return lambda: gdn.gated_delta_rule_mtp(q, k, v, kw.pop("pool", pool), kw.pop("read", idx), A_log, a, dt_bias,
-                                                b, use_qk_l2norm=True, **kw)
+    def mtp(source=pool, read=idx, **kw):
+        return lambda: gdn.gated_delta_rule_mtp(q, k, v, source, read, A_log, a, dt_bias, b, use_qk_l2norm=True, **kw)
 
     cases += [
         ("flashinfer-mtp-states", mtp(intermediate_states_buffer=buf, disable_state_update=True),
          n * (1 + T) * state + io(n * T)),
-        ("flashinfer-mtp-scatter", mtp(pool=scatter_pool, read=scatter_read, ssm_state_indices=scatter,
+        ("flashinfer-mtp-scatter", mtp(source=scatter_pool, read=scatter_read, ssm_state_indices=scatter,
                                        disable_state_update=False), n * (1 + T) * state + io(n * T)),
         ("flashinfer-mtp-readonly", mtp(disable_state_update=True), n * state + io(n * T)),
         ("flashinfer-mtp-final", mtp(disable_state_update=False), 2 * n * state + io(n * T)),

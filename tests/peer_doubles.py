@@ -15,6 +15,7 @@ import torch
 def _step_k_last(S: torch.Tensor, q, k, v, a, b, A_log, dt_bias, scale):
     """One GDN token on K-last states `S [B, HV, V, K]` fp32 (value head h reads key head h // (HV / H))."""
     HV, H = S.shape[1], q.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale  # the API's default
     q, k = (x.float() / torch.sqrt((x.float() ** 2).sum(-1, keepdim=True) + 1e-6) for x in (q, k))
     q, k = (x.repeat_interleave(HV // H, dim=1) for x in (q * scale, k))
     x = a.float() + dt_bias.float()
@@ -48,16 +49,25 @@ class FlashInferGDNDouble:
         self.calls.append("mtp")
         self._check(q, k, v, initial_state, initial_state_indices, a, b)
         B, T = q.shape[:2]
-        assert ssm_state_indices is not None and ssm_state_indices.shape == (B, T)
-        assert ssm_state_indices.dtype == torch.int32 and disable_state_update is False and T >= 2
-        assert intermediate_states_buffer is None and use_qk_l2norm
+        assert disable_state_update is not None and use_qk_l2norm and T >= 2
+        if ssm_state_indices is not None:  # per-token pool scatter: exclusive with the buffer, needs state writes
+            assert ssm_state_indices.shape == (B, T) and ssm_state_indices.dtype == torch.int32
+            assert intermediate_states_buffer is None and disable_state_update is False
+        if intermediate_states_buffer is not None:
+            assert intermediate_states_buffer.shape[:2] == (B, T) and intermediate_states_buffer.dtype == torch.float32
         out = torch.zeros(B, T, v.shape[2], v.shape[3], dtype=torch.bfloat16)
         live = initial_state_indices >= 0
-        S = initial_state[initial_state_indices.long().clamp_min(0)].clone()
+        read = initial_state_indices.long().clamp_min(0)
+        S = initial_state[read].clone()
         for t in range(T):
             S, o = _step_k_last(S, q[:, t], k[:, t], v[:, t], a[:, t], b[:, t], A_log, dt_bias, scale)
             out[live, t] = o[live].to(torch.bfloat16)
-            initial_state[ssm_state_indices[live, t].long()] = S[live]
+            if ssm_state_indices is not None:
+                initial_state[ssm_state_indices[live, t].long()] = S[live]
+            if intermediate_states_buffer is not None:
+                intermediate_states_buffer[live, t] = S[live]
+        if not disable_state_update and ssm_state_indices is None:  # the final state over the read row
+            initial_state[read[live]] = S[live]
         return out, initial_state
 
     def gated_delta_rule_decode_pretranspose(self, q, k, v, state, A_log, a, dt_bias, b, scale=None, output=None,

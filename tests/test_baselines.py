@@ -400,3 +400,26 @@ def test_a_run_with_peers_beside_ours(tmp_path, light_runs):
 
     md = render_markdown(load_run(run))
     assert "native: x faster than best peer" in md and "compact-accept: x faster than best peer" in md
+
+
+def test_bench_flashinfer_cases_under_its_api_contract(monkeypatch):
+    """scripts/bench_kernels.py's FlashInfer cases call its API within its documented contract (which the torch
+    model asserts: dtypes, shapes, index dtypes, the scatter's exclusions), and a second call (timing repeats
+    them) takes the same arguments."""
+    from dataclasses import replace
+
+    from scenarios import ssm_peer_kernels
+    from states.params import make_params
+    from states.presets import get_ssm_preset
+
+    double = FlashInferGDNDouble()
+    monkeypatch.setattr(BASELINES["flashinfer"], "load", lambda device: double)
+    geom = replace(get_ssm_preset("tiny-gdn").ssm, layers=1)
+    params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0))
+    cases = {name: run for name, run, _ in ssm_peer_kernels._flashinfer(geom, params, 2, 3, torch.float32, "cpu")}
+    assert set(cases) == {"flashinfer-decode", "flashinfer-mtp-states", "flashinfer-mtp-scatter",
+                          "flashinfer-mtp-readonly", "flashinfer-mtp-final"}
+    for name, run in cases.items():
+        run()
+        run()  # a second call (timing repeats them) takes the same arguments
+    assert double.calls.count("decode") == 2 and double.calls.count("mtp") == 8
