@@ -40,7 +40,7 @@ import torch
 
 from kernels.common.torch_ops import delta_rule_update, expand_heads, l2norm
 from kernels.ssm.baselines.base import (
-    Baseline, Dims, Peer, PeerPool, PeerUnavailable, PoolSpec, from_k_last, k_last,
+    Baseline, Dims, Peer, PeerPool, PoolSpec, from_k_last, k_last,
 )
 from kernels.ssm.baselines.loading import load_file
 
@@ -386,5 +386,5 @@ def _pow2(x: int) -> int:
     return 1 << (x - 1).bit_length()
 
 
-__all__ = ["PEER", "PRECISIONS", "SGLang", "SGLangGDNPool", "SGLangKDAPool", "PeerUnavailable", "default_precision",
+__all__ = ["PEER", "PRECISIONS", "SGLang", "SGLangGDNPool", "SGLangKDAPool", "default_precision",
            "load_kda_kernels", "load_kernels"]
