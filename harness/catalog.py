@@ -16,7 +16,9 @@ KERNELS: dict[str, tuple[str, str]] = {
     "native verify": ("kernels/ssm/native.py", "states/native.py (torch backend)"),
     "compact verify + commit": ("kernels/ssm/compact.py", "states/compact.py (torch backend)"),
     "replay fold + forward": ("kernels/ssm/replay.py", "states/replay.py (torch backend)"),
-    "fla baseline": ("kernels/ssm/fla_baseline.py", "kernels/gdn/naive.py, kernels/kda/naive.py"),
+    "fla baseline": ("kernels/ssm/baselines/fla.py", "kernels/gdn/naive.py, kernels/kda/naive.py"),
+    "sglang baseline": ("kernels/ssm/baselines/sglang.py", "kernels/gdn/naive.py"),
+    "flashinfer baseline": ("kernels/ssm/baselines/flashinfer.py", "kernels/gdn/naive.py"),
     "kv pages": ("kernels/pages/", "kernels/pages/naive.py"),
 }
 

@@ -51,7 +51,8 @@ def _guarded(fn: Callable[[], Any]) -> Any:
 # ------------------------------------------------------------------------------------------- options
 Preset = Annotated[str, typer.Option(help="model geometry (harness list presets)")]
 Modes = Annotated[str | None, typer.Option(help="comma list of native,compact,replay (default: all three)")]
-Backend = Annotated[str, typer.Option(help="comma list of torch,triton,fla (triton/fla need --device cuda)")]
+Backend = Annotated[str, typer.Option(help="comma list of torch,triton and the peers' fla,sglang,flashinfer "
+                                             "(all but torch need --device cuda)")]
 Device = Annotated[str, typer.Option(help="cpu or cuda[:i]")]
 Batch = Annotated[str | None, typer.Option(help="comma list of batch sizes, one case each (default 4)")]
 StateDtype = Annotated[str, typer.Option(help="SSM state dtype: fp32 | bf16")]

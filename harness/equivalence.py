@@ -373,8 +373,14 @@ CONTRACT_NAMES = {
 }
 
 
+# A peer's kernels (a baseline backend) under the same comparisons as ours, reported, not gated (SPEC §5).
+BASELINE_TITLE = "baseline: a peer's kernels vs the fp64 reference and our native (reported, not gated)"
+
+
 def contract_title(contract: str, rhs: str = "fp64-reference") -> str:
     """`contract 1 compact == native`; contract 3 against another backend reads `backend agreement`."""
+    if contract == "baseline":
+        return BASELINE_TITLE
     if contract == "3" and rhs != "fp64-reference":
         return "contract 3 backend agreement"
     name = CONTRACT_NAMES.get(contract)

@@ -54,10 +54,11 @@ def check_case(label: str, case: Any, rows: list[dict[str, Any]], device: str) -
 
 def _check_ssm(label: str, case: Any, rows: list[dict[str, Any]], device: str) -> list[RowCheck]:
     from scenarios.ssm_engine import Variant, label as variant_label
+    from states.base import BACKENDS
 
     checks = []
     # from the case's own axes, not from the engine's run list: a variant the engine drops is still expected
-    expected = [Variant(m, var, b) for b in case.backends if b != "fla"  # fla: a baseline, timing only
+    expected = [Variant(m, var, b) for b in case.backends if b in BACKENDS  # the peers' are baselines, not gated
                 for m in case.modes for var in case.variants_of(m)]
     for v in expected:
         mine = [r for r in rows if (r.get("mode"), r.get("variant") or "", r.get("backend")) == tuple(v)]

@@ -58,7 +58,7 @@ class Repro:
             argv += [flag, os.path.abspath(value) if is_path else str(value)]
         device = str(options.get("device") or "cpu")
         interpreted = os.environ.get("TRITON_INTERPRET") == "1" and not device.startswith("cuda")
-        triton = any(b in str(options.get("backend") or "") for b in ("triton", "fla"))
+        triton = any(b != "torch" for b in str(options.get("backend") or "torch").split(","))
         prefix = "TRITON_INTERPRET=1 " if interpreted and triton else ""
         return prefix + shlex.join(argv)
 

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 
+# The harness's own backends (states/base.py BACKENDS); every other backend in a row is a peer's kernels
+# run as a baseline (kernels/ssm/baselines).
+OUR_BACKENDS = ("torch", "triton")
+
+
 class Status(str, enum.Enum):
     passed = "passed"
     mismatch = "mismatch"
@@ -47,7 +52,7 @@ COLUMNS: list[Column] = [
     Column("mode", "str", "identity", "native | compact | replay (empty for KV page rows)"),
     Column("variant", "str", "identity",
            "the mode's variant: compact accept | deferred, replay inline | precompute (empty for native and pages)"),
-    Column("backend", "str", "identity", "triton | torch | fla"),
+    Column("backend", "str", "identity", "triton | torch, or a peer's kernels as a baseline: fla | sglang | flashinfer"),
     Column("preset", "str", "identity", "model geometry preset (states/presets.py)"),
     Column("device", "str", "identity", "torch device the case ran on (cpu, cuda:0)"),
     # shape axes

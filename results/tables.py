@@ -6,7 +6,10 @@ constant in a group go into its title, the ones that vary are the row keys. Each
 * a summary: one row per shape, one column per mode with the median time (p20-p80), native first
   as the baseline column, and for each other mode a `<mode>: x faster than native` column (native
   median / mode median, only when both passed and were timed: 2.00x is twice as fast as native,
-  0.50x half as fast); a row that did not pass shows its status;
+  0.50x half as fast); a row that did not pass shows its status; in a group of our backends (triton,
+  torch) with peers' rows beside it (baselines: fla, sglang, flashinfer), also a
+  `<mode>: x faster than best peer` column per mode a peer ran: the fastest passed peer row of the same
+  mode and shape over ours, naming the peer (`1.12x (flashinfer)`);
 * details: one row per shape and mode with median (p20-p80), noise, tokens/s, achieved GB/s,
   % of the ceiling measured in the run, bytes per request predicted and measured, and the status
   with its reason.
@@ -28,7 +31,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from results.schema import Status, is_blank
+from results.schema import OUR_BACKENDS, Status, is_blank
 from results.store import Run
 
 MODE_ORDER = ("native", "compact", "replay")
@@ -37,6 +40,7 @@ ROW_AXES = ["batch", "drafts", "width", "accept", "layers", "tp_prefill", "tp_de
 MODE_AXES = {"history_len": "Lh {}", "history_dtype": "{} history"}
 NOISE_WARN_PCT = 2.0
 SPEEDUP = "x faster than native"  # a ratio native median / mode median, so > 1 is faster than native
+PEER_SPEEDUP = "x faster than best peer"  # best peer median / our median, same mode and shape
 
 
 @dataclass
@@ -65,28 +69,42 @@ def throughput_tables(df: pd.DataFrame) -> list[TableData]:
     """Per (scenario, family, preset, backend, device, dtypes) group: a summary table, then its details."""
     tables = []
     group_cols = [c for c in GROUP_BY if df[c].notna().any()]
+    peer_rows = df[~df["backend"].isin(OUR_BACKENDS) & (df["status"] == Status.passed.value) & df["median_us"].notna()]
     for key, group in df.groupby(group_cols, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
+        peers = peer_rows.iloc[0:0]
+        if "backend" in group_cols and key[group_cols.index("backend")] in OUR_BACKENDS:
+            same = [c for c in group_cols if c != "backend"]
+            match = pd.Series(True, index=peer_rows.index)
+            for c in same:
+                value = key[group_cols.index(c)]
+                match &= peer_rows[c].isna() if is_blank(value) else peer_rows[c] == value
+            peers = peer_rows[match]
         parts = [str(v) for v in key if not is_blank(v)]
         present = [c for c in ROW_AXES if group[c].notna().any()]
         axes = [c for c in present if group[c].nunique(dropna=False) > 1] or present[:1]
         parts += [_fmt_axis(c, group[c].iloc[0]) for c in present if c not in axes]  # constant axes
         title = " · ".join(parts)
         group = group.assign(variant_label=[mode_label(r) for r in group.itertuples()])
-        tables += [_summary(title, group, axes), _details(f"{title} · details", group, axes)]
+        tables += [_summary(title, group, axes, peers), _details(f"{title} · details", group, axes)]
     return tables
 
 
-def _summary(title: str, group: pd.DataFrame, axes: list[str]) -> TableData:
-    """Rows: shapes; columns: each mode's median (p20-p80), and how many times faster than native the other
-    modes are."""
+def _summary(title: str, group: pd.DataFrame, axes: list[str], peers: pd.DataFrame | None = None) -> TableData:
+    """Rows: shapes; columns: each mode's median (p20-p80), how many times faster than native the other
+    modes are, and (where `peers` has rows of the mode) how many times faster than the best peer row."""
     variants = sorted(group["variant_label"].unique(), key=mode_order)
     baseline = "native" if "native" in variants else None
+    peers = group.iloc[0:0] if peers is None else peers
+    mode_of = {r.variant_label: r.mode for r in group.itertuples()}
+    peer_modes = set(peers["mode"].dropna())
     columns = list(axes)
     for v in variants:
         columns.append("us" if v == "-" else f"{v} us")  # "-": rows without a mode (KV pages)
         if baseline and v != baseline:
             columns.append(f"{v}: {SPEEDUP}")
+        if mode_of.get(v) in peer_modes:
+            columns.append(f"{v}: {PEER_SPEEDUP}")
     rows = []
     for values, shape in _by_shape(group, axes):
         by_variant = {r.variant_label: r for r in shape.itertuples()}
@@ -97,8 +115,27 @@ def _summary(title: str, group: pd.DataFrame, axes: list[str]) -> TableData:
             cells.append("-" if row is None else _time_cell(row))
             if baseline and v != baseline:
                 cells.append(_speedup(base, row))
+            if mode_of.get(v) in peer_modes:
+                cells.append(_peer_speedup(_best_peer(peers, axes, values, mode_of[v]), row))
         rows.append(cells)
     return TableData(title, columns, rows)
+
+
+def _best_peer(peers: pd.DataFrame, axes: list[str], values: tuple, mode: str):
+    """The fastest passed peer row of `mode` at the shape `values` of `axes`, or None."""
+    match = peers["mode"] == mode
+    for axis, value in zip(axes, values, strict=True):
+        match &= peers[axis].isna() if is_blank(value) else peers[axis] == value
+    rows = peers[match]
+    return None if rows.empty else rows.loc[rows["median_us"].idxmin()]
+
+
+def _peer_speedup(peer, row) -> str:
+    """`1.12x (flashinfer)`: the best peer's median over ours, naming the peer and its variant."""
+    if peer is None or row is None or row.status != Status.passed.value or is_blank(row.median_us):
+        return "-"
+    name = " ".join(str(x) for x in (peer["backend"], peer["variant"]) if not is_blank(x))
+    return f"{peer['median_us'] / row.median_us:.2f}x ({name})"
 
 
 def _details(title: str, group: pd.DataFrame, axes: list[str]) -> TableData:

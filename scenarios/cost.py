@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.ssm.baselines.base import PoolSpec
+from kernels.ssm.baselines.sglang import ring_len
 from states.base import PRECOMPUTE_PRECISION, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 
@@ -106,15 +108,124 @@ def replay_round_bytes(
     return _common(tb, g, w) + float(fold_bytes + forward) * g.layers
 
 
+# ----------------------------------------------------------------------------------- baselines (peers)
+# Each counts what every mode moves besides its state (`_common`: inputs, outputs, conv windows) plus what
+# the peer's functions and the layout work around them move, as the adapters in kernels/ssm/baselines run
+# them. Copies over the round's packed rows cover all `n * W` of them (padding included), as they do.
+
+
 def fla_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
-    """The fla baseline (in place on the native pool): what every mode moves besides its state
-    (inputs, outputs, conv windows), plus splitting the conv output into the contiguous q, k, v fla
-    takes (read and written once), plus fla's state traffic: the accepted state read and one state
-    written per token (decode: the same row, in place), as native's."""
+    """fla (fused_recurrent_kda_fwd in place on the native pool layout): the split of the conv output
+    into the contiguous q, k, v fla takes (read and written once), GDN's gate broadcast over K (written
+    once and read by the kernel), and fla's state traffic: the accepted state read and one state written
+    per token (decode: the same row, in place), as native's."""
     tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
-    split = (w * 2 * g.conv_dim * _nbytes(cfg.act_dtype)).sum()
+    act, rows = _nbytes(cfg.act_dtype), w.numel() * cfg.width
+    split = rows * 2 * g.conv_dim * act
+    gate = rows * 2 * g.value_heads * g.head_k_dim * act if g.family == "gdn" else 0
     states = ((w > 0).long() + w).sum() * tb.state
-    return _common(tb, g, w) + float(split + states) * g.layers
+    return _common(tb, g, w) + float(split + gate + states) * g.layers
+
+
+def flashinfer_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
+    """FlashInfer (gated_delta_rule_mtp with per-token ssm_state_indices; decode_pretranspose at W = 1):
+    the gather of the packed rows into its `[B, T]` q, k, v, a, b (read and written once), the accepted
+    state read and a state written for each of the W tokens of an active request (its scatter writes
+    every position of the window, padded ones too; decode: the same row), and its bf16 outputs put back
+    into packed rows (read and written once)."""
+    tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
+    act, rows, W = _nbytes(cfg.act_dtype), w.numel() * cfg.width, cfg.width
+    gather = rows * 2 * (g.conv_dim + 2 * g.value_heads) * act
+    unpack = rows * 2 * g.value_heads * g.head_v_dim * 2
+    states = ((w > 0).long() * (1 + W)).sum() * tb.state
+    return _common(tb, g, w) + float(gather + unpack + states) * g.layers
+
+
+@dataclass(frozen=True)
+class RingBytes:
+    """Byte sizes of one token's records in SGLang's ring, one layer."""
+
+    derived: int  # d (HV x V) and k (H x K) in the history dtype, g (HV) fp32
+    raw: int  # replay's exact-fold inputs: raw v, raw k (activation dtype), beta (fp32)
+    residual: int  # compact's hi/lo residuals of d and k with a 16-bit ring (activation dtype)
+
+    @classmethod
+    def of(cls, g: SSMGeometry, cfg: StateConfig) -> RingBytes:
+        act, hist = _nbytes(cfg.act_dtype), _nbytes(cfg.history_dtype)
+        H, HV, K, V = g.key_heads, g.value_heads, g.head_k_dim, g.head_v_dim
+        residual = (HV * V + H * K) * act if cfg.mode == "compact" and cfg.history_dtype != torch.float32 else 0
+        return cls(derived=(HV * V + H * K) * hist + HV * 4, raw=(HV * V + H * K) * act + HV * 4, residual=residual)
+
+
+def sglang_replay_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor,
+                              counts: torch.Tensor, flush: torch.Tensor) -> float:
+    """SGLang's ReplaySSM round (gdn_replayssm_spec_decode + commit_gdn_replayssm_spec), per layer and active
+    request with `c = counts` committed records: a request not flushing reads its checkpoint and its `c`
+    derived records; one flushing (`flush`, set by the last commit) first folds: reads the checkpoint and
+    `c` raw records, writes the checkpoint, then reads it again for its outputs. Either writes the window's
+    `w` derived and raw records. Cursor updates are a few bytes per request and not counted."""
+    tb, rb, w = TokenBytes.of(g, cfg), RingBytes.of(g, cfg), widths.long().cpu()
+    c, f, live = counts.long().cpu(), flush.bool().cpu(), w > 0
+    verify = ~f * (tb.state + c * rb.derived)
+    fold = f * (3 * tb.state + c * rb.raw)
+    per_layer = (live * (verify + fold) + w * (rb.derived + rb.raw)).sum()
+    return _common(tb, g, w) + float(per_layer) * g.layers
+
+
+def sglang_cursors_after(counts: torch.Tensor, flush: torch.Tensor, widths: torch.Tensor, accepted: torch.Tensor,
+                         ring: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's commit: `write_pos <- accepted + 1` after a flush, `+= accepted + 1` otherwise; the next
+    round flushes when `write_pos + 2W > L`."""
+    num = torch.where(widths.cpu() > 0, accepted.long().cpu() + 1, 0)
+    c = torch.where(flush.bool().cpu(), num, counts.long().cpu() + num)
+    return c, (c + 2 * width) > ring
+
+
+def sglang_compact_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor,
+                               ring: int) -> float:
+    """SGLang's fold-every-commit round, per layer and active request: the verify reads the checkpoint and
+    writes the window's `w` (d, k, g) records (and their residuals with a 16-bit ring); the commit
+    (commit_gdn_replayssm_circular) reads the checkpoint and the whole ring of `ring` records (its loads
+    are not masked by the accepted count) and writes the checkpoint."""
+    tb, rb, w = TokenBytes.of(g, cfg), RingBytes.of(g, cfg), widths.long().cpu()
+    rec = rb.derived + rb.residual
+    per_layer = ((w > 0) * (3 * tb.state + ring * rec) + w * rec).sum()
+    return _common(tb, g, w) + float(per_layer) * g.layers
+
+
+def sglang_kda_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, accepted: torch.Tensor) -> float:
+    """SGLang's KDA round (fold every commit), per layer and active request: the recurrent verify reads the
+    checkpoint and writes the window's `w` raw records (raw v and k in the activation dtype, the per-K gate
+    and beta in fp32); the commit reads the checkpoint and the `accepted + 1` records and writes the
+    checkpoint."""
+    tb, w, a = TokenBytes.of(g, cfg), widths.long().cpu(), accepted.long().cpu()
+    H, HV, K, V, act = g.key_heads, g.value_heads, g.head_k_dim, g.head_v_dim, _nbytes(cfg.act_dtype)
+    rec = (HV * V + H * K) * act + HV * K * 4 + HV * 4
+    per_layer = ((w > 0) * 3 * tb.state + w * rec + (a + 1).clamp_min(0) * rec).sum()
+    return _common(tb, g, w) + float(per_layer) * g.layers
+
+
+def baseline_round_bytes(backend: str, g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor,
+                         accepted: torch.Tensor) -> float:
+    """A baseline row's bytes per round (SGLang's replay: the mean over its steady-state flush cycle, from
+    empty rings, like `steady_replay_round_bytes`)."""
+    if backend == "fla":
+        return fla_round_bytes(g, cfg, widths, accepted)
+    if backend == "flashinfer":
+        return flashinfer_round_bytes(g, cfg, widths, accepted)
+    if g.family == "kda":
+        return sglang_kda_round_bytes(g, cfg, widths, accepted)
+    ring = ring_len(cfg.mode, PoolSpec(cfg.mode, cfg.max_requests, cfg.width, history_len=cfg.history_len))
+    if cfg.mode == "compact":
+        return sglang_compact_round_bytes(g, cfg, widths, accepted, ring)
+    counts = torch.zeros(widths.shape[0], dtype=torch.long)
+    flush = torch.zeros(widths.shape[0], dtype=torch.bool)
+    total, rounds = 0.0, 4 * ring
+    for r in range(2 * rounds):  # the first half brings the cursors to their cycle
+        if r >= rounds:
+            total += sglang_replay_round_bytes(g, cfg, widths, accepted, counts, flush)
+        counts, flush = sglang_cursors_after(counts, flush, widths, accepted, ring, cfg.width)
+    return total / rounds
 
 
 def replay_counts_after(

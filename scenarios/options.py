@@ -89,7 +89,7 @@ def check_device(device: str, backends: list[str]) -> None:
         index = int(device.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    needs_gpu = [b for b in backends if b in ("triton", "fla")]
+    needs_gpu = [b for b in backends if b != "torch"]  # triton and the peers' kernels (Triton, CuTe DSL)
     if device == "cpu" and needs_gpu and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(
             f"--device cpu: the {needs_gpu[0]} backend runs Triton kernels and needs --device cuda "

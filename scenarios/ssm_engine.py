@@ -11,6 +11,10 @@ reported:
 * contract 5: slots outside the batch are filled with random bits before the rollout and must be
   byte-identical after it.
 
+Baselines (the peers' kernels, scenarios/ssm_baselines.py) run the same rollout and timing as a mode of
+ours; their comparisons (against the fp64 reference and against our native) are reported, not gated
+(SPEC §5 last paragraph): their bound only tells a precision difference from a broken adapter.
+
 Timing (SPEC §7) happens only for variants whose comparisons all passed, on a fresh pool loaded with
 the same initial state (never on the pool the comparisons used): one round = begin_round + every
 layer's forward + accept, repeated on the evolving state (replay crosses its folds at their natural
@@ -27,8 +31,9 @@ import torch
 
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
-from scenarios import cost, tolerances
+from scenarios import cost, ssm_baselines, tolerances
 from scenarios.base import CaseResult, RunContext
+from scenarios.ssm_baselines import BaselineState, is_baseline
 from scenarios.ssm_workload import SSMWorkload
 from states import MODES, SSMState, StateConfig, make_state
 from states.base import DTYPE_NAMES, MODE_VARIANTS
@@ -38,6 +43,8 @@ SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
 # Runs compare accepted states for at most this many requests (all outputs are); the gate asks for all of
 # them (`snapshot_requests: "all"`) on every round.
 SNAPSHOT_REQUESTS = 64
+# A baseline's comparisons: reported, not gated (SPEC §5); the bound only catches a broken adapter.
+BASELINE_POLICY = {"contract": "baseline", "policy": "rms", "tolerance": tolerances.BASELINE_SANITY_RMS}
 OUT_DIMS = ("token", "head", "v")
 STATE_DIMS = ("request", "layer", "head", "k", "v")
 CONV_DIMS = ("request", "layer", "channel", "column")
@@ -86,11 +93,11 @@ class SSMCase:
     @property
     def variants(self) -> list[Variant]:
         """Every (mode, variant, backend) the case runs, in run order: torch before triton (the twin a
-        triton variant is checked against), native first per backend; the fla baseline is native only."""
-        backends = sorted(self.backends, key=lambda b: (b != "torch", b == "fla"))
+        triton variant is checked against), native first per backend, the baselines (the peers' kernels)
+        after ours: they are compared with our native."""
+        backends = sorted(self.backends, key=lambda b: (b != "torch", is_baseline(b)))
         modes = sorted(self.modes, key=lambda m: m != "native")
-        return [Variant(m, var, b) for b in backends for m in modes for var in self.variants_of(m)
-                if b != "fla" or m == "native"]
+        return [Variant(m, var, b) for b in backends for m in modes for var in self.variants_of(m, b)]
 
     def config(self, mode: str, backend: str, device: str, capacity: int, variant: str = "") -> StateConfig:
         return StateConfig(
@@ -99,8 +106,12 @@ class SSMCase:
             variant=variant, backend=backend, device=device,
         )
 
-    def variants_of(self, mode: str) -> tuple[str, ...]:
-        """The variants of `mode` this case runs (the mode's only variant for native)."""
+    def variants_of(self, mode: str, backend: str = "") -> tuple[str, ...]:
+        """The variants of `mode` this case runs (the mode's only variant for native; a baseline's own,
+        e.g. SGLang's dot precision)."""
+        if is_baseline(backend):
+            return ssm_baselines.variants(backend, mode, str(self.options.get("family") or "gdn"),
+                                          str(self.options.get("device") or "cpu"))
         return {"compact": self.compact_commits, "replay": self.replay_forwards}.get(mode, MODE_VARIANTS[mode])
 
 
@@ -137,8 +148,6 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
     status: dict[Variant, tuple[str, str]] = {}
     measured: dict[Variant, float] = {}  # storage bytes per request of the pool actually allocated
     for v in variants:
-        if v.backend == "fla":
-            continue  # the fla baseline is a timing row after the modes (see _fla_row)
         why = _unsupported(v, case, g, ctx.device)
         if why:
             status[v] = ("unsupported", why)
@@ -151,13 +160,13 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
             comparisons.forget(v)
         else:
             status[v] = ("passed", "") if comparisons.passed(v) else ("mismatch", comparisons.why(v))
-    fla_rows = [_fla_row(case, wl, ctx, comparisons) for v in variants if v.backend == "fla"]
     comparisons.record()
     comparisons.release()
 
+    def cfg_of(v: Variant) -> StateConfig:
+        return v.config(case, ctx.device, wl.batch)
+
     for v in variants:
-        if v.backend == "fla":
-            continue
         row = base_row(case, v, wl, ctx)
         if v in measured:
             row["bytes_per_request_measured"] = measured[v]
@@ -172,12 +181,10 @@ def run_ssm_case(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> CaseResult:
                 row["status"], row["reason"] = "oom", rec.get("message", "CUDA out of memory")
                 result.ooms.append({**_identity(case, v), **rec})
             else:
-                row.update(timed)
+                row.update(timed, reason="; ".join(filter(None, [row["reason"], timed.get("reason")])))
+        if is_baseline(v.backend) and st_name != "unsupported":  # which peer functions, layout and precision
+            row["reason"] = "; ".join(filter(None, [row["reason"], ssm_baselines.describe(v.backend, g, cfg_of(v))]))
         result.rows.append(row)
-    for row, rec in fla_rows:
-        result.rows.append(row)
-        if rec is not None:
-            result.ooms.append({**_identity(case, Variant("native", "", "fla")), **rec})
     return result
 
 
@@ -192,7 +199,10 @@ def launch_rollouts(case: SSMCase, wl: SSMWorkload, ctx: RunContext) -> None:
 
 
 def _unsupported(v: Variant, case: SSMCase, g: SSMGeometry, device: str) -> str:
-    """Why no pool of this variant exists for the case (compact without drafts, say), or "" if one does."""
+    """Why no pool of this variant exists for the case (compact without drafts, say; a peer that lacks the
+    mode or is not installed), or "" if one does."""
+    if is_baseline(v.backend):
+        return ssm_baselines.unsupported(v.backend, g, v.config(case, device, 1))
     try:
         MODES[v.mode]._validate_config(g, v.config(case, device, 1))
     except ValueError as e:
@@ -205,7 +215,7 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     """One variant over the whole rollout on its own pool (its first `rounds` rounds, without comparisons
     when `comparisons` is None); returns its measured bytes per request."""
     g, n = wl.geom, wl.batch
-    st = make_state(g, wl.params, v.config(case, ctx.device, n + SPARE_SLOTS))
+    st = _make_state(g, wl.params, v.config(case, ctx.device, n + SPARE_SLOTS))
     _use_tuned_configs(st, ctx, n)
     all_slots = st.alloc(n + SPARE_SLOTS)
     slots, spare = all_slots[:n], all_slots[n:]
@@ -250,6 +260,11 @@ def _rollout(v: Variant, case: SSMCase, wl: SSMWorkload, ctx: RunContext, compar
     return measured
 
 
+def _make_state(g: SSMGeometry, params, cfg: StateConfig) -> SSMState:
+    """Our mode's pool, or a peer's behind the same protocol."""
+    return BaselineState(g, params, cfg) if is_baseline(cfg.backend) else make_state(g, params, cfg)
+
+
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """`t`'s elements as signed integers of the same width (the same bytes, no float semantics)."""
     return t.contiguous().view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
@@ -273,12 +288,16 @@ class _Comparisons:
     Every comparison is judged per (round, layer): outputs per layer as they come, accepted states
     split by layer. A partner that the case runs but that left nothing to compare with (out of memory,
     an error) is an unpaired comparison, which fails: a missing partner never passes silently.
+
+    A baseline (a peer's kernels) is compared with our native (triton, else torch) and with the fp64
+    reference under contract `baseline`: reported, judged only against `tolerances.BASELINE_SANITY_RMS`
+    (an error that large is a broken adapter, not a precision).
     """
 
     def __init__(self, case: SSMCase, ctx: RunContext, family: str, ref: _Reference, variants: list[Variant]) -> None:
         self.case, self.ctx, self.family, self.ref = case, ctx, family, ref
-        self.runs = {v for v in variants if v.backend != "fla"}
-        self.keep = {v for v in self.runs if v.mode == "native" or v.backend == "torch"}
+        self.runs = set(variants)
+        self.keep = {v for v in self.runs if (v.mode == "native" or v.backend == "torch") and not is_baseline(v.backend)}
         self.outs: dict[tuple, torch.Tensor] = {}
         self.snaps: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.rollouts: dict[tuple, tuple[Variant, Any]] = {}
@@ -298,7 +317,11 @@ class _Comparisons:
 
     def _partners(self, v: Variant) -> list[tuple[Variant, str]]:
         """(variant to compare against, relation) for v: its backend's native, its torch twin; only
-        partners the case runs (`--modes compact` alone has no native to compare with)."""
+        partners the case runs (`--modes compact` alone has no native to compare with); a baseline's is our
+        native."""
+        if is_baseline(v.backend):
+            ours = [Variant("native", "", b) for b in ("triton", "torch") if Variant("native", "", b) in self.runs]
+            return [(ours[0], "baseline")] if ours else []
         out = []
         if v.mode != "native":
             out.append((Variant("native", "", v.backend), "mode"))
@@ -315,6 +338,8 @@ class _Comparisons:
 
     def _output_policy(self, v: Variant, rel: str) -> dict[str, Any]:
         sd, hd = self.case.state_dtype, self.case.history_dtype
+        if rel == "baseline":
+            return BASELINE_POLICY
         if rel == "mode" and v.mode == "compact":
             return {"contract": "1", "policy": "bitwise"}
         if rel == "mode":
@@ -348,9 +373,7 @@ class _Comparisons:
             rows = sum(w[: self.ref.checked])
             self._add_layers(("o", v, "ref"), v, r,
                              self._each(outs[:, :rows], ref, name="o", lhs=label(v), rhs="fp64-reference",
-                                        contract="3", policy="rms",
-                                        tolerance=tolerances.variant_output_rms(v.variant, self._ref_tol(v)),
-                                        dims=OUT_DIMS), w)
+                                        dims=OUT_DIMS, **self._ref_policy(v, outputs=True)), w)
         if v in self.keep:
             self.outs[(v, r)] = outs
 
@@ -367,6 +390,9 @@ class _Comparisons:
                 contract, bitwise = "3", False
             tol = tolerances.backend_rms(self.family, sd)
             kw = {"policy": "bitwise"} if bitwise else {"policy": "rms", "tolerance": tol}
+            if rel == "baseline":
+                kw = dict(BASELINE_POLICY)
+                contract = kw.pop("contract")
             if (other, r) not in self.snaps:
                 self._unpaired("ssm", v, other, contract=contract, **kw)
                 continue
@@ -387,8 +413,7 @@ class _Comparisons:
             checked = min(self.ref.checked, ssm.shape[0])
             self._add_layers(("ssm", v, "ref"), v, r,
                              self._each(by_layer[:, :checked], ref[:checked].transpose(0, 1), name="ssm", lhs=label(v),
-                                        rhs="fp64-reference", contract="3", policy="rms", tolerance=self._ref_tol(v),
-                                        dims=LAYER_STATE_DIMS))
+                                        rhs="fp64-reference", dims=LAYER_STATE_DIMS, **self._ref_policy(v)))
         if v in self.keep:
             self.snaps[(v, r)] = (ssm.clone(), conv.clone())
 
@@ -401,9 +426,15 @@ class _Comparisons:
         self.outs = {k: t for k, t in self.outs.items() if k[0] != v}
         self.snaps = {k: t for k, t in self.snaps.items() if k[0] != v}
 
-    def _ref_tol(self, v: Variant) -> float:
+    def _ref_policy(self, v: Variant, outputs: bool = False) -> dict[str, Any]:
+        """Contract 3 against the fp64 reference at the mode's bound (outputs of a variant outside the fp32
+        contract at its own, `tolerances.variant_output_rms`); a baseline's is reported (`BASELINE_POLICY`)."""
+        if is_baseline(v.backend):
+            return BASELINE_POLICY
         hist = self.case.history_dtype if v.mode == "replay" else torch.float32
-        return tolerances.reference_rms(self.family, self.case.state_dtype, hist, mode=v.mode)
+        bound = tolerances.reference_rms(self.family, self.case.state_dtype, hist, mode=v.mode)
+        return {"contract": "3", "policy": "rms",
+                "tolerance": tolerances.variant_output_rms(v.variant, bound) if outputs else bound}
 
     def _final(self, v: Variant) -> list[Any]:
         return ([ro.result() for w, ro in self.rollouts.values() if w == v] + [c for w, c in self.single if w == v]
@@ -515,91 +546,21 @@ class _Reference:
 
 
 def _use_tuned_configs(st: SSMState, ctx: RunContext, batch: int) -> tuple[str, str]:
-    """Give a triton pool the autotuned configs of its case (nearest batch bucket) and say which."""
+    """Give a triton pool the autotuned configs of its case (nearest batch bucket) and say which. A baseline
+    runs our conv with native's tuned config and the peer's functions with the adapter's fixed launch."""
+    from scenarios.ssm_tuning import config_json, lookup_configs
+
+    if isinstance(st, BaselineState):
+        configs, source = lookup_configs(ctx, st.geom, replace(st.cfg, mode="native", variant="", backend="triton"),
+                                         batch, dict(st.kernel_configs))
+        st.set_kernel_configs(configs)
+        return st.config_json(), "+".join(sorted({source, "fixed"}))
     if st.cfg.backend != "triton":
         return "", "fixed"  # the torch backend has no launch configs
-    from scenarios.ssm_tuning import config_json, lookup_configs
 
     configs, source = lookup_configs(ctx, st.geom, st.cfg, batch, dict(st.kernel_configs))
     st.set_kernel_configs(configs)
     return config_json(configs), source
-
-
-# ------------------------------------------------------------------------------------------- fla
-def _fla_row(case: SSMCase, wl: SSMWorkload, ctx: RunContext, comparisons: _Comparisons) -> tuple[dict, dict | None]:
-    """The field's reference kernel beside ours: fla-core's `fused_recurrent_kda_fwd` in place on a
-    native pool (kernels/ssm/fla_baseline.py): decode reads and overwrites each request's state row;
-    MTP is the vLLM-style kernel that writes every verified token's state into its snapshot slot.
-
-    A round of every layer is our conv kernel (the modes run the same one), the split of its output
-    into the contiguous q, k, v fla takes (what a server calling fla pays), and fla's kernel; the gate
-    and beta inputs are laid out for fla before timing. Outputs (activation dtype) are checked against
-    native's on round 0 within the bf16 bound.
-    """
-    v = Variant("native", "", "fla")
-    row = base_row(case, v, wl, ctx)
-    row["reason"] = ("baseline: our conv, q/k/v split, fla-core fused_recurrent_kda_fwd in place on the native pool "
-                     + ("(vLLM-style: a state per verified token)" if case.drafts else "(decode: state row overwritten)"))
-    try:
-        from kernels.ssm.fla_baseline import FlaLayerInputs, FlaUnavailableError, fla_fused_recurrent_inplace
-        import kernels.ssm.conv  # noqa: F401  (the triton conv the round uses)
-    except ImportError as e:
-        row.update(status="unsupported", reason=str(e))
-        return row, None
-    g, n, W = wl.geom, wl.batch, wl.width
-    try:
-        with ctx.oom_guard() as guard:
-            st = make_state(g, wl.params, case.config("native", "triton", ctx.device, n))
-            row["config"], row["config_source"] = _use_tuned_configs(st, ctx, n)
-            slots = st.alloc(n)
-            st.load(slots, wl.init_ssm, wl.init_conv)
-            widths, accepted = wl.widths(0), wl.accepted(0)
-            inputs = [wl.inputs(0, layer) for layer in range(g.layers)]
-            p = wl.params
-            fla_in = [FlaLayerInputs.of(x.a, x.b, p.A_log[layer], p.dt_bias[layer], g.head_k_dim, g.lower_bound)
-                      for layer, x in enumerate(inputs)]
-            rnd = st.begin_round(slots, widths)
-            cu = rnd.cu_seqlens.long()
-            # indices: [n] or [n, W]   # (request, token) -> row of the flat native pool layer (slot * W + t)
-            indices = slots if W == 1 else slots[:, None] * W + torch.arange(W, device=slots.device)
-
-            def one_round() -> list[torch.Tensor]:
-                outs = []
-                num_accepted = None if W == 1 else st.conv_offset[slots] + 1  # accepted snapshot + 1
-                for layer in range(g.layers):
-                    y = st._conv_triton(layer, inputs[layer], rnd)
-                    rows = st.ssm[layer].view(-1, g.value_heads, g.head_k_dim, g.head_v_dim)
-                    outs.append(fla_fused_recurrent_inplace(y, fla_in[layer], rows, indices, cu, num_accepted,
-                                                            g.key_heads))
-                st.conv_offset[slots] = torch.where(widths > 0, accepted, st.conv_offset[slots])
-                return outs
-
-            valid = int(widths.long().sum())
-            native_round0 = comparisons.outs.get((Variant("native", "", "torch"), 0),
-                                                 comparisons.outs.get((Variant("native", "", "triton"), 0)))
-            for layer, o in enumerate(one_round()):
-                base = None if native_round0 is None else native_round0[layer]
-                if base is not None:
-                    c = comparisons._cmp(o[:valid].float(), base, name="o", lhs="native/fla", rhs="native (round 0)",
-                                         contract="3", policy="rms", tolerance=tolerances.REPLAY_OUTPUT_RMS_BF16,
-                                         dims=OUT_DIMS)
-                    comparisons._add_round(("o", v, "native"), v, 0, c, layer)
-            ok = comparisons.passed(v)
-            row["status"] = "passed" if ok else "mismatch"
-            if not ok:
-                row["reason"] = comparisons.why(v)
-            elif ctx.time_cases:
-                timing = ctx.bench(one_round)
-                tokens = float((accepted.long() + 1).clamp_min(0).sum())
-                moved = cost.fla_round_bytes(g, case.config("native", "triton", ctx.device, n), widths, accepted)
-                row.update(timing_fields(timing, tokens, moved, ctx))
-    except FlaUnavailableError as e:
-        row.update(status="unsupported", reason=str(e))
-        return row, None
-    if guard.record is not None:
-        row.update(status="oom", reason=guard.record.get("message", "CUDA out of memory"))
-        return row, guard.record
-    return row, None
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -630,14 +591,14 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     fields: dict[str, Any] = {}
     with ctx.oom_guard() as guard:
         cfg = v.config(case, ctx.device, n)
-        st = make_state(g, wl.params, cfg)
+        st = _make_state(g, wl.params, cfg)
         config, source = _use_tuned_configs(st, ctx, n)
         fields.update(config=config, config_source=source)
         slots = st.alloc(n)
         st.load(slots, wl.init_ssm, wl.init_conv)
         widths, accepted = wl.widths(0), wl.accepted(0)
         inputs = [wl.inputs(0, layer) for layer in range(g.layers)]
-        cycle = timing_cycle(cfg)
+        cycle = st.peer.cycle() if isinstance(st, BaselineState) else timing_cycle(cfg)
 
         def rounds() -> None:
             for _ in range(cycle):
@@ -650,7 +611,9 @@ def _time_variant(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -
     if guard.record is not None:
         return {}, guard.record
     tokens = float((accepted.long() + 1).clamp_min(0).sum())
-    fields.update(timing_fields(timing, tokens, _round_bytes(case, v, g, cfg, widths, accepted), ctx))
+    moved = (cost.baseline_round_bytes(v.backend, g, cfg, widths, accepted) if is_baseline(v.backend)
+             else _round_bytes(case, v, g, cfg, widths, accepted))
+    fields.update(timing_fields(timing, tokens, moved, ctx))
     if cycle > 1:
         note = f"steady state: {cycle} consecutive rounds per graph, figures per round"
         fields["reason"] = "; ".join(filter(None, [fields.get("reason"), note]))
@@ -694,7 +657,10 @@ def _identity(case: SSMCase, v: Variant) -> dict[str, Any]:
 
 
 def variant_option(v: Variant) -> dict[str, str]:
-    """The CLI option that selects `v`'s variant (`--compact-commit` / `--replay-forward`), if any."""
+    """The CLI option that selects `v`'s variant (`--compact-commit` / `--replay-forward`), if any (a
+    baseline's variant is the peer's default on the device, chosen by no option)."""
+    if is_baseline(v.backend):
+        return {}
     option = {"compact": "compact_commit", "replay": "replay_forward"}.get(v.mode)
     return {option: v.variant} if option else {}
 
@@ -720,7 +686,8 @@ def base_row(case: SSMCase, v: Variant, wl: SSMWorkload, ctx: RunContext) -> dic
                             **variant_option(v)}),
     }
     try:
-        terms = MODES[v.mode].bytes_per_request(g, cfg)
+        terms = (ssm_baselines.bytes_per_request(v.backend, g, cfg) if is_baseline(v.backend)
+                 else MODES[v.mode].bytes_per_request(g, cfg))
         row["bytes_per_request_predicted"] = terms["total"]
         budget = case.options.get("memory_budget_gib")
         if budget:

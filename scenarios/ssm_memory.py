@@ -15,6 +15,7 @@ refuse `--batch 1000000000` in a millisecond rather than fail in the allocator h
 
 from __future__ import annotations
 
+from scenarios import ssm_baselines
 from scenarios.base import CHECK_REQUESTS, CaseMemory
 from scenarios.ssm_engine import SPARE_SLOTS, SSMCase, label
 from states import MODES
@@ -37,7 +38,7 @@ def ssm_case_memory(case: SSMCase, device: str, restore: bool = False) -> CaseMe
     inputs = n * W * token_row * (fp32 + ab)
     out_round = R * L * n * W * g.value_heads * g.head_v_dim
     variants = case.variants
-    kept = sum(1 for v in variants if v.mode == "native" or v.backend == "torch")
+    kept = sum(1 for v in variants if (v.mode == "native" or v.backend == "torch") and not ssm_baselines.is_baseline(v.backend))
     checked = min(n, case.options.get("check_requests") or CHECK_REQUESTS)
     reference = R * L * checked * (W * g.value_heads * g.head_v_dim + g.state_elems) * 8
     host = kept * out_round * fp32 + reference
@@ -46,7 +47,9 @@ def ssm_case_memory(case: SSMCase, device: str, restore: bool = False) -> CaseMe
     for v in variants:
         cfg = v.config(case, device, capacity)
         try:
-            pools[label(v)] = capacity * int(MODES[v.mode].bytes_per_request(g, cfg)["total"])
+            terms = (ssm_baselines.bytes_per_request(v.backend, g, cfg) if ssm_baselines.is_baseline(v.backend)
+                     else MODES[v.mode].bytes_per_request(g, cfg))
+            pools[label(v)] = capacity * int(terms["total"])
         except ValueError:  # a variant this case cannot run (e.g. compact without drafts) allocates nothing
             pools[label(v)] = 0
     device_bytes = init + schedule + inputs

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernels.ssm.baselines import BASELINES
 from scenarios.options import (
     check_device,
     given,
@@ -22,11 +23,11 @@ from scenarios.ssm_engine import SSMCase
 from scenarios.ssm_workload import AcceptModel
 from scenarios.trace import read_trace
 from states import MODES
-from states.base import ACT_DTYPES, DTYPE_NAMES, MODE_VARIANTS, STATE_DTYPES
+from states.base import ACT_DTYPES, BACKENDS, DTYPE_NAMES, MODE_VARIANTS, STATE_DTYPES
 from states.params import check_gates
 from states.presets import get_ssm_preset
 
-SSM_BACKENDS = ("torch", "triton", "fla")
+SSM_BACKENDS = (*BACKENDS, *BASELINES)  # ours, then the peers' kernels (kernels/ssm/baselines)
 # The variants a run compares when --compact-commit / --replay-forward are not given.
 RUN_VARIANTS = {"compact": ("accept", "deferred"), "replay": ("inline", "precompute")}
 SEED_MAX = 2**31 - 1

@@ -53,8 +53,10 @@ BF16_BACKEND_RMS = {"gdn": 5e-2, "kda": 5e-2}
 # against the other precisions' 4.97e-3, inside BF16_REFERENCE_RMS.
 TENSOR_CORE_OUTPUT_RMS: dict[str, float] = {"precompute-tf32": 1e-2}
 
-# The fla baseline writes outputs in the activation dtype (bf16): about one bf16 ULP relative, 2 ULPs bound.
-REPLAY_OUTPUT_RMS_BF16 = 2 * 2.0**-8
+# Baselines (the peers' kernels) are reported, not gated (SPEC §5): their precision is theirs (bf16 outputs
+# ~2e-3, TF32 products ~1e-3, bf16 state drifting past 1e-2 over long rollouts). This bound only tells a
+# precision difference from a broken adapter (a wrong layout or index gives errors of order 1).
+BASELINE_SANITY_RMS = 0.1
 
 
 def _exact(state_dtype: torch.dtype, history_dtype: torch.dtype = torch.float32) -> bool:

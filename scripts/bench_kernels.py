@@ -7,8 +7,10 @@ chosen from measurements. The cases and their byte counts are scenarios/ssm_kern
 `harness autotune ssm` times), plus:
 
     decode          native verify at W = 1 (state updated in place)
-    fla-decode      fla-core fused_recurrent_kda_fwd in place on a pool, T = 1 (the decode baseline),
-                    with the q/k/v split of the conv output it needs
+
+and beside them the peers' kernels (scenarios/ssm_peer_kernels.py: fla, FlashInfer, SGLang at each of its
+dot precisions), timed once per batch at their own launch parameters; a peer that is not installed is one
+printed line. `--peers off` leaves them out, `--peers only` times nothing else.
 
 Usage (prints a table, writes CSV):
     python3 scripts/bench_kernels.py --preset qwen3-next --batch 32,128,512 --out kernels.csv
@@ -34,6 +36,7 @@ from kernels.common.precompile import collect_compiles, compile_all  # noqa: E40
 from kernels.ssm.configs import NATIVE_VERIFY, REPLAY_PRECOMPUTE, config_axes, config_space, default_config  # noqa: E402
 from scenarios.ssm_kernels import CASES as SWEPT  # noqa: E402
 from scenarios.ssm_kernels import kernel_cases as ssm_kernel_cases  # noqa: E402
+from scenarios.ssm_peer_kernels import peer_cases  # noqa: E402
 from states.params import make_params, make_token_inputs  # noqa: E402
 from states.presets import get_ssm_preset  # noqa: E402
 
@@ -85,33 +88,6 @@ def sweep(args, geom, params, sd, n: int, keep: set[str]):
         torch.cuda.empty_cache() if DEVICE == "cuda" else None
 
 
-def fla_cases(geom, params, n: int, state_dtype: torch.dtype):
-    """fla-core's fused_recurrent_kda_fwd in place on a pool (the decode baseline), T = 1."""
-    try:
-        from kernels.ssm.fla_baseline import FlaLayerInputs, fla_fused_recurrent_inplace
-    except ImportError:
-        return []
-    HV, K, V = geom.value_heads, geom.head_k_dim, geom.head_v_dim
-    x1 = make_token_inputs(geom, n, torch.bfloat16, torch.Generator().manual_seed(2)).to(DEVICE)
-    rows = torch.rand(n, HV, K, V, device=DEVICE).to(state_dtype)
-    cu1 = torch.arange(n + 1, dtype=torch.int64, device=DEVICE)
-    idx = torch.arange(n, device=DEVICE)
-    p = params
-    li = FlaLayerInputs.of(x1.a, x1.b, p.A_log[0], p.dt_bias[0], K, geom.lower_bound)
-    sb = rows.element_size()
-
-    def run():
-        return fla_fused_recurrent_inplace(x1.mixed_qkv, li, rows, idx, cu1, None, geom.key_heads)
-
-    try:
-        run()
-    except Exception as e:  # noqa: BLE001 - a baseline that cannot run is reported, not fatal
-        print(f"fla baseline unavailable: {type(e).__name__}: {e}", file=sys.stderr)
-        return []
-    moved = n * (2 * HV * K * V * sb + (3 * geom.conv_dim + HV * K + HV) * 2 + HV * V * 2)  # incl. the q/k/v split
-    return [("fla-decode", run, moved)]
-
-
 def _setup(args):
     geom = replace(get_ssm_preset(args.preset).ssm, layers=1)
     params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
@@ -155,6 +131,7 @@ def main() -> None:
     ap.add_argument("--out", default="kernels.csv")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--jobs", type=int, default=1, help="processes that compile every case first (CUDA only)")
+    ap.add_argument("--peers", default="on", choices=["on", "off", "only"], help="the peers' kernels beside ours")
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -162,14 +139,14 @@ def main() -> None:
     geom, params, sd = _setup(args)
     batches = [int(b) for b in args.batch.split(",")]
     keep = set(filter(None, args.kernels.split(",")))
-    if args.jobs > 1 and DEVICE == "cuda":
+    if args.jobs > 1 and DEVICE == "cuda" and args.peers != "only":
         precompile(args, geom, params, sd, batches, keep)
     ceilings = env.measure_ceilings(DEVICE)
     ceiling = ceilings.get("d2d-copy", ceilings.get("cpu-memcpy"))["gbps"]
     rows = []
     t0 = time.time()
     for n in batches:
-        for name, prec, cfg, fn, moved in sweep(args, geom, params, sd, n, keep):
+        for name, prec, cfg, fn, moved in (sweep(args, geom, params, sd, n, keep) if args.peers != "only" else []):
             label = dict(kernel=name, batch=n, BV=cfg.get("BV", cfg.get("BC")), warps=cfg["num_warps"],
                          BK=cfg.get("BK", ""), stages=cfg["num_stages"], precision=prec)
             try:
@@ -181,11 +158,18 @@ def main() -> None:
             rows.append(dict(**label, status="ok", median_us=round(t.median_us, 2), p20_us=round(t.p20_us, 2),
                              p80_us=round(t.p80_us, 2), bytes=int(moved), gbps=round(gbps, 1),
                              ceiling_pct=round(100 * gbps / ceiling, 1)))
-        for name, fn, moved in (fla_cases(geom, params, n, sd) if not keep or "fla-decode" in keep else []):
-            t = timing.bench(fn, device=DEVICE, warmup=3, rep=20 if DEVICE == "cuda" else 2)
+        for name, fn, moved in (peer_cases(geom, params, n, args.drafts, sd, DEVICE) if args.peers != "off" else []):
+            if keep and name not in keep:
+                continue
+            label = dict(kernel=name, batch=n, BV="-", warps="-", BK="", stages="", precision="")
+            try:  # a peer's first call compiles (FlashInfer's CuTe DSL: seconds); a failure is a row, not a crash
+                t = timing.bench(fn, device=DEVICE, warmup=3, rep=20 if DEVICE == "cuda" else 2)
+            except Exception as e:  # noqa: BLE001
+                print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
+                rows.append(dict(**label, status=f"{type(e).__name__}"))
+                continue
             gbps = moved / (t.median_us * 1e-6) / 1e9
-            rows.append(dict(kernel=name, batch=n, BV=8, warps=1, BK="", stages="", precision="", status="ok",
-                             median_us=round(t.median_us, 2),
+            rows.append(dict(**label, status="ok", median_us=round(t.median_us, 2),
                              p20_us=round(t.p20_us, 2), p80_us=round(t.p80_us, 2), bytes=int(moved),
                              gbps=round(gbps, 1), ceiling_pct=round(100 * gbps / ceiling, 1)))
         print(f"batch {n} done at {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -205,9 +189,10 @@ def main() -> None:
             if k not in best or r["median_us"] < best[k]["median_us"]:
                 best[k] = r
     for (name, prec, n), r in sorted(best.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+        launch = "peer" if r["BV"] == "-" else f"BV{r['BV']} w{r['warps']}"
         extra = f" BK{r['BK']} s{r['stages']}" if r["BK"] != "" else ""
-        print(f"  b{n:<4} {name + (':' + prec if prec else ''):<28} {r['median_us']:>9.1f} us  {r['ceiling_pct']:>5.1f}%"
-              f"  BV{r['BV']} w{r['warps']}{extra}")
+        print(f"  b{n:<4} {name + (':' + prec if prec else ''):<30} {r['median_us']:>9.1f} us  {r['ceiling_pct']:>5.1f}%"
+              f"  {launch}{extra}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 Reads results/reference/<dir>/: modes/<run>/throughput.csv (the harness's own rows, tuned and untuned),
 modes/times.txt (autotune and run wall seconds), gate-model/gate.md, gpu-gate-times.txt,
-pytest-cuda/pytest-cuda.log, pages/<run>/throughput.csv and gate-timed/ (times, logs, the model gate's
-manifest and gate.md), and prints markdown. With --write, replaces
+pytest-cuda/pytest-cuda.log, pages/<run>/throughput.csv, gate-timed/ (times, logs, the model gate's
+manifest and gate.md) and, where scripts/gpu_peers.sh's runs are there, peers/<run>/ (throughput.csv and
+equivalence.json: ours beside the best peer row per mode, and each peer's error against fp64), and prints
+markdown. With --write, replaces
 the text between `<!-- h200:begin -->` and `<!-- h200:end -->` in README.md; tests/test_h200_summary.py
 checks that the README holds what this prints.
 
@@ -133,6 +135,52 @@ def gate_timed(folder: Path) -> list[str]:
         f"{reached['warm']} before the call ended, so a whole warm `make gpu-gate` is not measured yet."]
 
 
+OURS = ("triton", "torch")  # results/schema.py OUR_BACKENDS: every other backend is a peer's kernels
+
+
+def _speed(ours: float, peer: float) -> str:
+    return f"{peer / ours:.2f}x faster" if peer >= ours else f"{ours / peer:.2f}x slower"
+
+
+def peers_table(ref: Path) -> list[str]:
+    """Per run, mode and batch of peers/: our fastest passed variant beside the fastest passed peer row of
+    the same mode, and how ours compares; then each peer variant's worst RMS error against the fp64
+    reference (outputs and accepted states, over the run's rounds and layers). Nothing without peers/."""
+    folder = ref / "peers"
+    if not folder.is_dir():
+        return []
+    import json
+
+    lines = ["| run | mode | batch | ours us (variant) | best peer us (peer) | ours vs the peer |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    errors: dict[str, dict[str, float]] = {}
+    for run in sorted(p for p in folder.iterdir() if (p / "throughput.csv").is_file()):
+        rows = [r for r in _rows(run) if r["status"] == "passed" and r["median_us"]]
+        for mode in ("native", "compact", "replay"):
+            for batch in sorted({r["batch"] for r in rows if r["mode"] == mode}, key=int):
+                here = [r for r in rows if r["mode"] == mode and r["batch"] == batch]
+                ours = min((r for r in here if r["backend"] in OURS), key=lambda r: float(r["median_us"]), default=None)
+                peer = min((r for r in here if r["backend"] not in OURS), key=lambda r: float(r["median_us"]),
+                           default=None)
+                if ours is None or peer is None:
+                    continue
+                name = " ".join(x for x in (peer["backend"], peer["variant"]) if x)
+                o, p = float(ours["median_us"]), float(peer["median_us"])
+                lines.append(f"| {run.name} | {mode} | {batch} | {o:.1f} ({_label(ours)}) | {p:.1f} ({name}) | "
+                             f"{_speed(o, p)} |")
+        eq = run / "equivalence.json"
+        for c in json.loads(eq.read_text())["comparisons"] if eq.is_file() else []:
+            if c["contract"] == "baseline" and c["rhs"] == "fp64-reference":
+                worst = errors.setdefault(c["lhs"], {})
+                value = float(c["rms_ratio_max"] or c["rms_ratio"])
+                worst[c["name"]] = max(worst.get(c["name"], 0.0), value)
+    lines += ["", "| peer variant | outputs: worst RMS vs fp64 | accepted states: worst RMS vs fp64 |",
+              "| --- | --- | --- |"]
+    lines += [f"| {lhs} | {e.get('o', float('nan')):.2g} | {e.get('ssm', float('nan')):.2g} |"
+              for lhs, e in sorted(errors.items())]
+    return lines
+
+
 def summary(ref: Path = REFERENCE) -> str:
     times = _times(ref / "modes" / "times.txt")
     gate_times = _times(ref / "gpu-gate-times.txt")
@@ -166,6 +214,11 @@ def summary(ref: Path = REFERENCE) -> str:
         "",
         *pages_table(ref),
     ]
+    peers = peers_table(ref)
+    if peers:
+        out += ["", "**Ours beside the field's kernels** (`scripts/gpu_peers.sh`: fla, SGLang and FlashInfer as "
+                "baseline backends of the same runs, same rounds; their errors against fp64 are reported, not gated):",
+                "", *peers]
     return "\n".join(out) + "\n"
 
 

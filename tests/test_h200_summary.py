@@ -18,3 +18,36 @@ def test_readme_h200_section_is_the_generated_one():
     assert section == "\n" + module.summary(), "run `python3 scripts/h200_summary.py --write` after changing the runs"
     # the figures come from the rows: a goal line per issue-13 target, the gate verdict, a page row
     assert "compact deferred | >= 1.8x native" in section and "PASS: 2192 of 2192" in section
+
+
+def test_peers_beside_ours_when_a_reference_has_peer_runs(tmp_path):
+    """With peers/<run>/ (scripts/gpu_peers.sh), the summary puts our fastest variant of each mode beside the
+    fastest peer row of that mode and batch, and lists each peer's worst error against fp64; without it,
+    nothing (the committed references have none yet)."""
+    import csv
+    import json
+
+    spec = importlib.util.spec_from_file_location("h200_summary", ROOT / "scripts" / "h200_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.peers_table(tmp_path) == []
+    run = tmp_path / "peers" / "mtp-fixed-qwen3-next"
+    run.mkdir(parents=True)
+    rows = [("native", "", "triton", "390.9"), ("native", "", "flashinfer", "370.2"), ("native", "", "fla", "500.0"),
+            ("replay", "inline", "triton", "335.9"), ("replay", "precompute", "triton", "300.0"),
+            ("replay", "tf32", "sglang", "117.4"), ("compact", "accept", "triton", "130.5"),
+            ("compact", "tf32", "sglang", "")]
+    with open(run / "throughput.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["mode", "variant", "backend", "batch", "status", "median_us"])
+        w.writeheader()
+        for mode, variant, backend, us in rows:
+            w.writerow(dict(mode=mode, variant=variant, backend=backend, batch="128",
+                            status="passed" if us else "unsupported", median_us=us))
+    comps = [dict(contract="baseline", rhs="fp64-reference", lhs="replay-tf32/sglang", name=n, rms_ratio_max=e,
+                  rms_ratio=e) for n, e in (("o", 7.9e-4), ("ssm", 2e-4))]
+    (run / "equivalence.json").write_text(json.dumps({"comparisons": comps}))
+    text = "\n".join(module.peers_table(tmp_path))
+    assert "| mtp-fixed-qwen3-next | native | 128 | 390.9 (native) | 370.2 (flashinfer) | 1.06x slower |" in text
+    assert "| mtp-fixed-qwen3-next | replay | 128 | 300.0 (replay precompute) | 117.4 (sglang tf32) | 2.56x slower |" in text
+    assert "compact | 128" not in text  # the peer's compact row did not pass: nothing to put beside ours
+    assert "| replay-tf32/sglang | 0.00079 | 0.0002 |" in text

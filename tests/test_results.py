@@ -235,6 +235,27 @@ def test_tables_put_native_first_with_speedups_and_statuses(tmp_path):
     assert "no row above the noise threshold" in md
 
 
+def test_our_summary_says_how_much_faster_than_the_best_peer_row_of_each_mode(tmp_path):
+    """Peers' rows (baseline backends) get their own tables, and our summary gains a `<mode>: x faster than
+    best peer` column for each mode a peer ran: the fastest passed peer row of that mode and shape, named."""
+    rows = [_row("native", 8, median=400.0), _row("replay", 8, median=300.0), _row("compact", 8, median=130.0),
+            _row("native", 8, median=370.0, backend="flashinfer"), _row("native", 8, median=500.0, backend="fla"),
+            _row("replay", 8, median=120.0, backend="sglang", variant="tf32"),
+            _row("native", 64, median=3000.0), _row("native", 64, status="unsupported", backend="flashinfer")]
+    run = _write_run(tmp_path, rows)
+    tables = {t.title.split(" · ")[3]: t for t in throughput_tables(run.throughput) if "details" not in t.title}
+    assert set(tables) == {"triton", "flashinfer", "fla", "sglang"}
+    ours = tables["triton"]
+    replay = "replay (Lh 8, bf16 history)"
+    assert "native: x faster than best peer" in ours.columns and f"{replay}: x faster than best peer" in ours.columns
+    assert "compact: x faster than best peer" not in ours.columns  # no peer ran compact
+    cells = {r[0]: dict(zip(ours.columns, r)) for r in ours.rows}
+    assert cells["8"]["native: x faster than best peer"] == "0.93x (flashinfer)"
+    assert cells["8"][f"{replay}: x faster than best peer"] == "0.40x (sglang tf32)"
+    assert cells["64"]["native: x faster than best peer"] == "-"  # the peer's row did not pass
+    assert not any("best peer" in c for c in tables["sglang"].columns)
+
+
 def test_noisy_rows_are_logged(tmp_path):
     rows = [_row("native", 1, median=100.0, spread=3.0, noise_pct=3.0), _row("compact", 1, median=100.0)]
     run = _write_run(tmp_path, rows)

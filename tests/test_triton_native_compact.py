@@ -1,4 +1,4 @@
-"""Triton backend of the native and compact state modes, and the fla baseline (SPEC §2, §3, §5).
+"""Triton backend of the native and compact state modes (SPEC §2, §3, §5; the fla baseline: tests/test_baselines.py).
 
 Contracts checked here:
 * triton compact == triton native, bit for bit: outputs, committed states and conv windows, every
@@ -17,14 +17,12 @@ machine the same tests run there.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 from kernels.common.triton_cpu import interpreting
-from kernels.conv.naive import causal_conv
 from kernels.gdn.naive import naive_recurrent_gdn
 from kernels.kda.naive import naive_recurrent_kda
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
@@ -406,63 +404,3 @@ def test_round_captures_in_one_cuda_graph(mode):
         for o_graph, o_eager in zip(captured, eager):
             assert torch.equal(o_graph, o_eager)
         assert all(torch.equal(a, b) for a, b in zip(states[1].snapshot(slots), states[2].snapshot(slots)))
-
-
-@pytest.mark.parametrize("family", ["gdn", "kda"])
-def test_fla_baseline_matches_reference(family):
-    """fla-core's fused_recurrent_kda_fwd in place on a native-layout pool (the vLLM-style MTP kernel):
-    each active row starts from its accepted snapshot and writes the state after token t into snapshot
-    t; outputs and those states against the fp64 reference (fp32 activations, so fla's act-dtype
-    outputs are not rounded); an idle row's snapshots and the snapshots past a row's width untouched."""
-    pytest.importorskip("fla", reason="fla-core is the optional `fla` extra")
-    from kernels.ssm.fla_baseline import FlaLayerInputs, fla_fused_recurrent_inplace
-
-    gen = torch.Generator().manual_seed(21)
-    geom = _geom(family)
-    widths, start = [W, 0, 2], [1, 0, 3]  # start: the accepted snapshot each row begins from
-    n, HV, K, V = 3, geom.value_heads, geom.head_k_dim, geom.head_v_dim
-    params = make_params(geom, torch.float32, gen)
-    x = make_token_inputs(geom, n * W, torch.float32, gen)
-    window = torch.randn(n, geom.conv_dim, geom.conv_kernel - 1, generator=gen)
-    pool = torch.randn(n * W, HV, K, V, generator=gen) * 0.3  # row r * W + t: snapshot t of request r
-    before = pool.clone()
-    cu = torch.tensor([0, W, W, W + 2], dtype=torch.int64)
-    # conv outputs as the triton conv would give them: the fp64 reference rounds them the same way
-    qkv = torch.zeros(n * W, geom.conv_dim)
-    for r in range(n):
-        y, _ = causal_conv(window[r : r + 1], x.mixed_qkv[cu[r] : cu[r] + W][None], params.conv_weight[0])
-        qkv[cu[r] : cu[r] + widths[r]] = y[0, : widths[r]]
-    indices = torch.arange(n)[:, None] * W + torch.arange(W)  # (request, token) -> pool row
-    fla_in = FlaLayerInputs.of(x.a.to(DEVICE), x.b.to(DEVICE), params.A_log[0].to(DEVICE), params.dt_bias[0].to(DEVICE),
-                               K, geom.lower_bound)
-    rows = pool.to(DEVICE)
-    o = fla_fused_recurrent_inplace(qkv.to(DEVICE), fla_in, rows, indices.to(DEVICE), cu.to(DEVICE),
-                                    torch.tensor(start, dtype=torch.int32, device=DEVICE) + 1, geom.key_heads).cpu()
-    rows = rows.cpu()
-    naive = naive_recurrent_gdn if family == "gdn" else naive_recurrent_kda
-    for r in range(n):
-        untouched = range(widths[r], W)
-        for t in untouched:
-            assert torch.equal(rows[r * W + t], before[r * W + t]), f"request {r}: snapshot {t} past its width changed"
-        if widths[r] == 0:
-            continue
-        sl = slice(int(cu[r]), int(cu[r]) + widths[r])
-        extra = {} if family == "gdn" else {"lower_bound": geom.lower_bound}
-        o_ref, s_ref, _ = naive(x.mixed_qkv[sl], x.a[sl], x.b[sl], window[r], before[r * W + start[r]],
-                                params.conv_weight[0], params.A_log[0], params.dt_bias[0], geom.key_heads, **extra)
-        assert _rms(o[sl].float(), o_ref) <= 1e-5
-        for t in range(widths[r]):
-            assert _rms(rows[r * W + t], s_ref[t]) <= 1e-5, f"request {r}: state after token {t}"
-
-
-def test_fla_baseline_missing_is_a_clear_error(monkeypatch):
-    """Without fla-core the baseline raises FlaUnavailableError (scenarios report `unsupported`)."""
-    from kernels.ssm.fla_baseline import FlaLayerInputs, FlaUnavailableError, fla_fused_recurrent_inplace
-
-    monkeypatch.setitem(sys.modules, "fla.ops.kda.fused_recurrent", None)  # makes the import fail
-    gen = torch.Generator().manual_seed(1)
-    geom, (qkv, a, b, A_log, dt_bias, slots, _, cu) = _direct_inputs("gdn", gen, [1, 2, 3])
-    rows = torch.zeros(3, geom.value_heads, geom.head_k_dim, geom.head_v_dim, device=DEVICE)
-    fla_in = FlaLayerInputs.of(a, b, A_log, dt_bias, geom.head_k_dim, geom.lower_bound)
-    with pytest.raises(FlaUnavailableError, match="fla-core"):
-        fla_fused_recurrent_inplace(qkv, fla_in, rows, slots, cu.long())
