@@ -37,7 +37,7 @@ from kernels.ssm.configs import NATIVE_VERIFY, REPLAY_PRECOMPUTE, config_axes, c
 from scenarios.ssm_kernels import CASES as SWEPT  # noqa: E402
 from scenarios.ssm_kernels import kernel_cases as ssm_kernel_cases  # noqa: E402
 from scenarios.ssm_peer_kernels import peer_cases  # noqa: E402
-from states.params import make_params, make_token_inputs  # noqa: E402
+from states.params import make_params  # noqa: E402
 from states.presets import get_ssm_preset  # noqa: E402
 
 DEVICE = "cuda"  # --device cpu (with TRITON_INTERPRET=1 and a tiny preset) only smoke-tests the script

@@ -58,7 +58,7 @@ for s in $steps; do
               --backend triton,fla,flashinfer ;;
     bench) start=$SECONDS
            $PY scripts/bench_kernels.py --preset qwen3-next --batch "${BENCH_BATCH:-1,32,128,256}" --drafts 3 \
-             --bv 16,32 --warps 1,2 --jobs "${JOBS:-12}" --out "$OUT/kernels.csv" > "$OUT/kernels.txt" 2> "$OUT/kernels.log" \
+             --bv "${BV:-16,32,64}" --warps "${WARPS:-1,2}" --jobs "${JOBS:-12}" --out "$OUT/kernels.csv" > "$OUT/kernels.txt" 2> "$OUT/kernels.log" \
              || echo "FAILED ($?): bench (see kernels.log)"
            echo "== bench $((SECONDS - start)) s" ;;
     *) echo "unknown step $s (tests | mtp | decode | bench)"; exit 2 ;;
