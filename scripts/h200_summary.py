@@ -22,7 +22,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "h200-2026-12-03"
+# the newest session's runs (replay's precompute forward rewritten), shown first
+LATEST = ROOT / "results" / "reference" / "h200-2026-12-03b"
 BEGIN, END = "<!-- h200:begin -->", "<!-- h200:end -->"
+# what issue 25 asks of the rows (Qwen3-Next mtp-fixed, batch 128 and 256, W = 4, fp32 state; each mode's best
+# variant that holds the fp32 contract)
+TARGETS_25 = {"compact accept": 1.5, "compact deferred": 2.0, "replay (best variant)": 2.5}
 # what issue 13 asks of the rows: mode label -> minimum speed-up over native (native: % of roofline)
 TARGETS = {"compact accept": 1.4, "compact deferred": 1.8, "replay (best variant)": 2.0}
 
@@ -181,6 +186,90 @@ def peers_table(ref: Path) -> list[str]:
     return lines
 
 
+def _by_batch(run: Path) -> dict[str, dict[str, dict]]:
+    """batch -> {mode label: row} of a run's passed triton rows."""
+    out: dict[str, dict[str, dict]] = {}
+    for r in _rows(run):
+        if r["backend"] == "triton" and r["status"] == "passed":
+            out.setdefault(r["batch"], {})[_label(r)] = r
+    return out
+
+
+def latest_modes(ref: Path) -> list[str]:
+    """One line per (run, batch): native's time and % of roofline, each other mode's speed-up."""
+    labels = ("compact accept", "compact deferred", "replay inline", "replay precompute")
+    lines = ["| case | batch | native us (% roofline) | " + " | ".join(labels) + " |",
+             "| --- | --- | --- | " + " | ".join("---" for _ in labels) + " |"]
+    for run in sorted(p for p in (ref / "modes").iterdir() if p.is_dir()):
+        for batch, rows in sorted(_by_batch(run).items(), key=lambda kv: int(kv[0])):
+            native = rows.get("native")
+            if native is None:
+                continue
+            base = float(native["median_us"])
+            cells = [f"{base / float(rows[k]['median_us']):.2f}x" if k in rows else "-" for k in labels]
+            lines.append(f"| {run.name.rpartition('-')[0]} | {batch} | {base:.0f} ({float(native['ceiling_pct']):.1f}%) | "
+                         + " | ".join(cells) + " |")
+    return lines
+
+
+def latest_targets(ref: Path) -> list[str]:
+    """Issue 25's targets against the Qwen3-Next mtp-fixed rows, per batch."""
+    run = next(p for p in (ref / "modes").iterdir() if p.name.startswith("mtp-fixed-qwen3-next"))
+    lines = ["| Qwen3-Next mtp-fixed, W = 4 | batch | goal | measured | |", "| --- | --- | --- | --- | --- |"]
+    for batch, rows in sorted(_by_batch(run).items(), key=lambda kv: int(kv[0])):
+        base = float(rows["native"]["median_us"])
+        got = {"compact accept": base / float(rows["compact accept"]["median_us"]),
+               "compact deferred": base / float(rows["compact deferred"]["median_us"]),
+               "replay (best variant)": max(base / float(r["median_us"]) for k, r in rows.items()
+                                            if k.startswith("replay"))}
+        for label, goal in TARGETS_25.items():
+            verdict = "met" if got[label] >= goal else f"missed by {goal - got[label]:.2f}x"
+            lines.append(f"| {label} | {batch} | >= {goal:.1f}x native | {got[label]:.2f}x | {verdict} |")
+    return lines
+
+
+def precompute_kernels(ref: Path) -> list[str]:
+    """The replay forward alone per dot precision, each at its best config (scripts/gpu_precompute.sh)."""
+    with open(ref / "precompute" / "kernels.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "ok"]
+    best: dict[str, dict] = {}
+    for r in rows:
+        key = r["kernel"] + (f" `{r['precision']}`" if r["precision"] else "")
+        if key not in best or float(r["median_us"]) < float(best[key]["median_us"]):
+            best[key] = r
+    lines = ["| kernel (batch 128, one layer) | us | % of copy ceiling | config |", "| --- | --- | --- | --- |"]
+    for key, r in sorted(best.items(), key=lambda kv: float(kv[1]["median_us"])):
+        extra = f", BK {r['BK']}" if r["BK"] else ""
+        lines.append(f"| {key} | {float(r['median_us']):.1f} | {float(r['ceiling_pct']):.1f} | BV {r['BV']}, "
+                     f"{r['warps']} warps{extra} |")
+    return lines
+
+
+def latest(ref: Path = LATEST) -> list[str]:
+    verdict = next(line for line in (ref / "gate-model" / "gate.md").read_text().splitlines() if "PASS" in line
+                   or "FAIL" in line).strip("* ")
+    return [
+        f"**Latest** (`{ref.relative_to(ROOT)}/`, its README says what ran): replay's precompute forward rewritten as "
+        "matrix products (kernels/ssm/replay_precompute.py). The harness's rows on the shipped configs "
+        "(`TUNE=0 scripts/gpu_modes.sh`, fp32 state, speed-up = native's time over the mode's):",
+        "",
+        *latest_modes(ref),
+        "",
+        *latest_targets(ref),
+        "",
+        "The replay forward alone, each dot precision at its best config (`scripts/gpu_precompute.sh`):",
+        "",
+        *precompute_kernels(ref),
+        "",
+        f"Model-shape gate on that code: {verdict}. These rows ran with the fold inside the precompute forward; "
+        "main now folds in the layer's `replay-fold` launch before it (the fold set the kernel's registers: see "
+        "`fold-columns/` in that folder), which is not measured in rows yet.",
+        "",
+        "**The session before** (`results/reference/h200-2026-12-03/`):",
+        "",
+    ]
+
+
 def summary(ref: Path = REFERENCE) -> str:
     times = _times(ref / "modes" / "times.txt")
     gate_times = _times(ref / "gpu-gate-times.txt")
@@ -189,8 +278,10 @@ def summary(ref: Path = REFERENCE) -> str:
     pytest_line = (ref / "pytest-cuda" / "pytest-cuda.log").read_text().strip().splitlines()[-1]
     rel = ref.relative_to(ROOT)
     out = [
-        f"Generated by `scripts/h200_summary.py` from `{rel}/` (its README says what ran, on which commit).",
+        f"Generated by `scripts/h200_summary.py` from `{LATEST.relative_to(ROOT)}/` and `{rel}/` (their READMEs say "
+        "what ran, on which commit).",
         "",
+        *(latest() if LATEST.exists() else []),
         "**The modes, in the harness's own rows** (`scripts/gpu_modes.sh`: per-kernel `harness autotune ssm`, then "
         "`harness run` with that cache, `tuned`, and with `--autotune off`, `untuned`; fp32 state, 36 (Qwen3-Next) or "
         "34 (GLM) layers a round, median of CUDA-graph replays; speed-up = native's time over the mode's):",
