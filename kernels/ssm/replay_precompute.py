@@ -1,4 +1,5 @@
-"""Replay's `precompute` forward (SPEC §3): a round's outputs as matrix products on tensor cores.
+"""Replay's `precompute` forward (SPEC §3): a round's outputs as matrix products (`tl.dot`; tensor cores at
+every precision but `ieee`).
 
 The inline forward (kernels/ssm/replay.py) walks the round token by token and reduces the checkpoint
 block and the history registers twice per token with CUDA-core FMAs. This kernel takes the whole round
@@ -29,8 +30,9 @@ Outputs are held to contract 2's tolerance against native, never to bitwise equa
 forward, in `replay_fold`'s launch for the layer (native's step, so folded states equal native's bit for bit
 with fp32 state), not inside it: a fold branch here holds a `[K, BV]` block across a token loop, and the
 kernel's registers follow its largest branch (measured at BV 64 on 2 warps, results/reference/h200-2026-12-03b:
-255 registers and 4 programs an SM with the fold inside, 216 us a layer at batch 128; 96 registers without it;
-folding 8 columns at a time inside kept 128 registers but a folding launch took 1303 us). The raw records
+255 registers and 4 programs an SM with the fold inside, 216 us a layer at batch 128; 72 registers without it
+(scripts/sass_stats.py); folding 8 columns at a time inside took 96-128 registers, 186 us a layer, but 1303 us a
+launch where every row folds). The raw records
 (conv outputs, beta, the log gate) come from the same elementwise helpers as the inline forward's, bit for bit.
 
 Config `replay-precompute`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
