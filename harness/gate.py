@@ -48,6 +48,9 @@ TINY = ("tiny-gdn", "tiny-kda")
 # on every round.
 GATE_OPTIONS = {"snapshot_every": 1, "snapshot_requests": "all", "compact_commit": "accept,deferred",
                "replay_forward": "inline,precompute"}
+# Where the Triton kernels run (the model cases, the interpreter cases) compact's matrix-form verify runs too;
+# on the torch backend alone it is `accept` again (states/compact.py), so the torch-only cases leave it out.
+KERNEL_GATE_OPTIONS = {**GATE_OPTIONS, "compact_commit": "accept,deferred,accept-precompute"}
 # Long-memory rollouts (SPEC §5: decays 0.995..0.9997, >= 1024 tokens): where bf16 state drifts most.
 LONG_MEMORY_TOKENS = 1024
 # Their accepted states are compared every 16th round and on the last (outputs on every round): with a snapshot
@@ -89,7 +92,7 @@ def interpreter_cases() -> list[tuple[str, dict[str, Any]]]:
     ~40x slower than torch): both families, fp32 and bf16 state, dynamic widths with idle rows, folds,
     decode, long-memory gates and a restore. The other tiny SSM cases then run on the torch backend only."""
     cases: list[tuple[str, dict[str, Any]]] = []
-    both = {"backend": "torch,triton", **GATE_OPTIONS}
+    both = {"backend": "torch,triton", **KERNEL_GATE_OPTIONS}
     for preset in TINY:
         for sd in ("fp32", "bf16"):
             gates = "long-memory" if sd == "bf16" else "random"  # where bf16 rounding matters most
@@ -125,7 +128,8 @@ def model_cases() -> list[tuple[str, dict[str, Any]]]:
     cases = []
     for preset in ("qwen3-next", "glm-5.3-flash-tp8"):
         for sd in ("fp32", "bf16"):
-            base = {"preset": preset, "state_dtype": sd, "backend": "triton", "check_requests": 8, **GATE_OPTIONS}
+            base = {"preset": preset, "state_dtype": sd, "backend": "triton", "check_requests": 8,
+                    **KERNEL_GATE_OPTIONS}
             cases += [
                 ("decode", {**base, "batch": "8", "rounds": 6, "history_len": 4}),
                 ("mtp-fixed", {**base, "batch": "8", "drafts": 3, "accept": "geometric:0.7", "rounds": 6,

@@ -25,8 +25,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from kernels.ssm.compact import compact_commit, compact_verify
+from kernels.ssm.compact_precompute import compact_precompute_verify
 from kernels.ssm.configs import (
     COMPACT_COMMIT,
+    COMPACT_PRECOMPUTE,
     COMPACT_VERIFY,
     CONV,
     DEFERRED_VERIFY,
@@ -46,7 +48,7 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_PRECOMPUTE)
+         "replay-forward-folding", REPLAY_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
     accepted = torch.full((n,), min(2, W - 1), dtype=torch.int32, device=device)
     kept = int(accepted[0]) + 1
     p, lb = params, geom.lower_bound
+    prec = {"precision": precision} if precision else {}  # the matrix-form kernels' dot precision
     base = StateConfig("native", n, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
                        history_len=history_len, backend="triton", device=device)
     cases: list[KernelCase] = []
@@ -127,6 +130,11 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         add(COMPACT_VERIFY, COMPACT_VERIFY,
             lambda c: compact_verify(pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths, cu, c, lb),
             n * (state + W * (record + tok_in)))
+        if precompute_supported(K, V, geom.family, W, lb) is None:
+            add(COMPACT_PRECOMPUTE, COMPACT_PRECOMPUTE,
+                lambda c: compact_precompute_verify(pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
+                                                    cu, c, lb, **prec),
+                n * (state + W * (record + tok_in)))
         add(COMPACT_COMMIT, COMPACT_COMMIT, lambda c: compact_commit(pool, slots, accepted, c),
             n * (2 * state + kept * record))
         dfr, _ = _pool(geom, params, replace(base, mode="compact", variant="deferred"), seed)
@@ -160,7 +168,6 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
     if REPLAY_PRECOMPUTE in names and precompute_supported(K, V, geom.family, W, lb) is None:
         pre, _ = _pool(geom, params, replace(base, mode="replay", variant="precompute"), seed)
         pre.cursor[:n] = history
-        prec = {"precision": precision} if precision else {}
         add(REPLAY_PRECOMPUTE, REPLAY_PRECOMPUTE,
             lambda c: replay_precompute_forward(pre._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
                                                 cu, c, lb, **prec),

@@ -39,7 +39,8 @@ _MODE_OF = {
     "native-verify": ("native", ""), "compact-verify": ("compact", "accept"),
     "deferred-verify": ("compact", "deferred"), "compact-commit": ("compact", "accept"),
     "replay-forward": ("replay", "inline"), "replay-fold": ("replay", "inline"),
-    "replay-precompute": ("replay", "precompute"), "conv": ("native", ""),
+    "replay-precompute": ("replay", "precompute"), "compact-precompute": ("compact", "accept-precompute"),
+    "conv": ("native", ""),
 }
 
 
@@ -182,6 +183,8 @@ def kernels_of(geom: SSMGeometry, cfg: StateConfig) -> list[str]:
         kernels += ["compact-verify", "compact-commit", "deferred-verify"]
     if precompute_supported(geom.head_k_dim, geom.head_v_dim) is None:
         kernels.append("replay-precompute")
+        if cfg.drafts >= 1:
+            kernels.append("compact-precompute")
     return kernels
 
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness import env, timing  # noqa: E402
 from kernels.common.precompile import collect_compiles, compile_all  # noqa: E402
-from kernels.ssm.configs import NATIVE_VERIFY, REPLAY_PRECOMPUTE, config_axes, config_space, default_config  # noqa: E402
+from kernels.ssm.configs import COMPACT_PRECOMPUTE, NATIVE_VERIFY, REPLAY_PRECOMPUTE, config_axes, config_space, default_config  # noqa: E402
 from scenarios.ssm_kernels import CASES as SWEPT  # noqa: E402
 from scenarios.ssm_kernels import kernel_cases as ssm_kernel_cases  # noqa: E402
 from scenarios.ssm_peer_kernels import peer_cases  # noqa: E402
@@ -75,14 +75,17 @@ def _configs(args, geom, kernel: str) -> list[dict]:
     return out or [default_config(kernel, **dims)]
 
 
+MATRIX_KERNELS = (REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE)  # the kernels that take a dot precision
+
+
 def sweep(args, geom, params, sd, n: int, keep: set[str]):
     """(name, precision, config, run, bytes) of every kernel, config and (for the precompute forward)
     precision at batch n; the token-step kernels are timed once, not once per precision."""
     names = tuple(keep) if keep else (*SWEPT, "decode")
     for i, prec in enumerate(_precisions(args)):
-        wanted = names if i == 0 else tuple(nm for nm in names if nm.startswith("replay-precompute"))
+        wanted = names if i == 0 else tuple(nm for nm in names if nm in MATRIX_KERNELS)
         for case in kernel_cases(geom, params, n, args.drafts, sd, wanted, prec):
-            label = prec if case.kernel == REPLAY_PRECOMPUTE else ""
+            label = prec if case.kernel in MATRIX_KERNELS else ""
             for config in _configs(args, geom, case.kernel):
                 yield case.name, label, config, (lambda c=case, cfg=config: c.run(cfg)), case.moved_bytes
         torch.cuda.empty_cache() if DEVICE == "cuda" else None
@@ -93,10 +96,6 @@ def _setup(args):
     params = make_params(geom, torch.bfloat16, torch.Generator().manual_seed(0)).to(DEVICE)
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
     return geom, params, sd
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",")]
 
 
 def precompile(args, geom, params, sd, batches: list[int], keep: set[str]) -> None:

@@ -43,7 +43,8 @@ for case in $CASES; do  # case by case, so a call cut short still has the first 
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
   common=(--preset "$preset" --device "$DEVICE" --backend "${BACKEND:-triton,fla}" --batch "$batches" --state-dtype fp32
           --rounds "$ROUNDS" --check-requests "${CHECK:-8}" --out "$RUNS" --json "${extra[@]}"
-          ${MODES:+--modes "$MODES"} ${REPLAY_FORWARD:+--replay-forward "$REPLAY_FORWARD"})
+          ${MODES:+--modes "$MODES"} ${REPLAY_FORWARD:+--replay-forward "$REPLAY_FORWARD"}
+          ${COMPACT_COMMIT:+--compact-commit "$COMPACT_COMMIT"})
   if [ "${TUNE:-1}" = 1 ]; then
     step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
   else

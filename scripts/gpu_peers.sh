@@ -8,9 +8,9 @@
 # packages live in /tmp/site, which install.sh appends to sys.path: they fill what the box lacks and
 # shadow nothing (PYTHONPATH here is the repository alone).
 #
-# Usage: OUT=/tmp/p bash scripts/gpu_peers.sh [tests] [mtp] [decode] [bench]   (default: all four, in order)
+# Usage: OUT=/tmp/p bash scripts/gpu_peers.sh [tests] [mtp] [mtp-kda] [decode] [bench]   (default: all, in order)
 #   tests: the adapters' own tests on the real kernels (pytest -m cuda tests/test_baselines.py), a minute
-#   ROUNDS=8 CHECK=8 (rounds compared; requests checked against fp64)  MTP_BATCH=128,256  DECODE_BATCH=1,128
+#   ROUNDS=8 CHECK=8 (rounds compared; requests checked against fp64)  MTP_BATCH=128,256  KDA_BATCH=128  DECODE_BATCH=1,128
 # Writes under $OUT: peers.txt (what the adapters find), tests.txt, <step>.json / .log, runs.tgz (every run
 # directory, rewritten after each step), peers/<case>/ (each run's manifest, throughput and equivalence files,
 # the layout scripts/h200_summary.py reads from a reference folder's peers/), kernels.csv / kernels.txt
@@ -24,7 +24,7 @@ CHECK=${CHECK:-8}
 RUNS="$OUT/runs"
 mkdir -p "$RUNS"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-steps=${*:-tests mtp decode bench}
+steps=${*:-tests mtp mtp-kda decode bench}
 
 $PY - <<'EOF' | tee "$OUT/peers.txt"
 import sys
@@ -54,18 +54,23 @@ for s in $steps; do
            echo "== tests $((SECONDS - start)) s: $(tail -n 1 "$OUT/tests.txt")" ;;
     mtp) step mtp-fixed-qwen3-next $PY -m harness run mtp-fixed "${common[@]}" --batch "${MTP_BATCH:-128,256}" --drafts 3 \
            --backend triton,fla,sglang,flashinfer ;;
-    decode) step decode-qwen3-next $PY -m harness run decode "${common[@]}" --batch "${DECODE_BATCH:-1,128}" \
+    # KDA (GLM-5.3-Flash): SGLang's KDA ReplaySSM and fla's KDA recurrence beside ours
+    mtp-kda) step mtp-fixed-glm-5.3-flash-tp8 $PY -m harness run mtp-fixed "${common[@]/qwen3-next/glm-5.3-flash-tp8}" \
+               --batch "${KDA_BATCH:-128}" --drafts 3 --backend triton,fla,sglang ;;
+    # decode checks one request per batch: its default batches start at 1 (--check-requests <= the batch)
+    decode) step decode-qwen3-next $PY -m harness run decode "${common[@]}" --check-requests "${DECODE_CHECK:-1}" \
+              --batch "${DECODE_BATCH:-1,128}" \
               --backend triton,fla,flashinfer ;;
     bench) start=$SECONDS
            $PY scripts/bench_kernels.py --preset qwen3-next --batch "${BENCH_BATCH:-1,32,128,256}" --drafts 3 \
              --bv "${BV:-16,32,64}" --warps "${WARPS:-1,2}" --jobs "${JOBS:-12}" --out "$OUT/kernels.csv" > "$OUT/kernels.txt" 2> "$OUT/kernels.log" \
              || echo "FAILED ($?): bench (see kernels.log)"
            echo "== bench $((SECONDS - start)) s" ;;
-    *) echo "unknown step $s (tests | mtp | decode | bench)"; exit 2 ;;
+    *) echo "unknown step $s (tests | mtp | mtp-kda | decode | bench)"; exit 2 ;;
   esac
 done
 
-for f in "$OUT"/mtp-fixed-qwen3-next.json "$OUT"/decode-qwen3-next.json; do
+for f in "$OUT"/mtp-fixed-qwen3-next.json "$OUT"/mtp-fixed-glm-5.3-flash-tp8.json "$OUT"/decode-qwen3-next.json; do
   [ -s "$f" ] || continue
   echo "== $(basename "$f" .json)"
   $PY - "$f" <<'EOF'

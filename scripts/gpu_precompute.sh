@@ -13,6 +13,8 @@
 # Usage: OUT=/tmp/p bash scripts/gpu_precompute.sh
 #   BATCH=128 PRECISIONS=ieee,tf32x3,bf16x3,bf16x6,tf32 BV=32,64,128 WARPS=2,4,8 BK=32,64 STAGES=1,2 JOBS=16
 #   STEPS="tests sweep bounds" TESTS_K=precompute BOUNDS_DTYPES="fp32 bf16" GATES=long-memory,random
+#   KERNELS=replay-precompute,... (bench_kernels' names; compact-precompute for compact's matrix verify)
+#   BOUNDS_MODES=native,replay (native,compact,replay: compact's accept-precompute variants too)
 #   TESTS_S / SWEEP_S / BOUNDS_S: each step's time limit in seconds
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +26,15 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 cat "$OUT/gpu.txt"
+compact_variants="accept,accept-precompute$(IFS=,; for p in $PRECISIONS; do [ "$p" = "$($PY -c 'from kernels.ssm.dot_precision import DEFAULT_PRECISION as d; print(d)')" ] || printf ',accept-precompute-%s' "$p"; done)"
 variants="inline,precompute$(IFS=,; for p in $PRECISIONS; do [ "$p" = "$($PY -c 'from kernels.ssm.dot_precision import DEFAULT_PRECISION as d; print(d)')" ] || printf ',precompute-%s' "$p"; done)"
 
 for s in $STEPS; do
   t0=$SECONDS
   case $s in
     tests)
-      timeout "${TESTS_S:-180}" $PY -m pytest -q -x -p no:cacheprovider tests/test_triton_replay.py -m "slow or not slow" \
-        -k "${TESTS_K:-precompute}" > "$OUT/tests.txt" 2>&1
+      timeout "${TESTS_S:-180}" $PY -m pytest -q -x -p no:cacheprovider tests/test_triton_replay.py \
+        tests/test_triton_compact_precompute.py -m "slow or not slow" -k "${TESTS_K:-precompute}" > "$OUT/tests.txt" 2>&1
       tail -3 "$OUT/tests.txt" ;;
     sweep)
       timeout "${SWEEP_S:-330}" $PY scripts/bench_kernels.py --preset "${PRESET:-qwen3-next}" --batch "${BATCH:-128}" \
@@ -43,8 +46,8 @@ for s in $STEPS; do
       : > "$OUT/bounds.md"
       for sd in ${BOUNDS_DTYPES:-fp32 bf16}; do
         timeout "${BOUNDS_S:-150}" $PY scripts/measure_bounds.py --backend triton --device cuda --geometry k128 \
-          --families gdn,kda --state-dtypes "$sd" --gates "${GATES:-long-memory,random}" --modes native,replay \
-          --replay-forward "$variants" >> "$OUT/bounds.md" 2> "$OUT/bounds-$sd.log" || echo "bounds $sd: rc $?" >> "$OUT/bounds.md"
+          --families gdn,kda --state-dtypes "$sd" --gates "${GATES:-long-memory,random}" --modes "${BOUNDS_MODES:-native,replay}" \
+          --replay-forward "$variants" --compact-commit "$compact_variants" >> "$OUT/bounds.md" 2> "$OUT/bounds-$sd.log" || echo "bounds $sd: rc $?" >> "$OUT/bounds.md"
       done ;;
   esac
   echo "== $((SECONDS - t0)) s $s"

@@ -4,6 +4,7 @@ to 1.0 while measuring so nothing stops early.
 
     python scripts/measure_bounds.py [--backend torch|triton] [--families gdn,kda] [--geometry tiny|k128]
         [--device cuda] [--modes native,replay] [--replay-forward inline,precompute,precompute-tf32]
+        [--compact-commit accept,accept-precompute,accept-precompute-tf32]
 
 `k128` measures one layer at model head size (K = V = 128, GDN 1 key / 2 value heads, KDA 2 heads), where
 each reduction is 8x longer than at tiny shapes.
@@ -47,6 +48,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--modes", default="", help="comma list of modes (default: all)")
     ap.add_argument("--replay-forward", default="", help="comma list of replay variants (default: the run's)")
+    ap.add_argument("--compact-commit", default="", help="comma list of compact variants (default: the run's)")
     args = ap.parse_args()
     tolerances.BF16_REFERENCE_RMS = LOOSE
     tolerances.BF16_REPLAY_OUTPUT_RMS = {"gdn": 1.0, "kda": 1.0}
@@ -60,8 +62,10 @@ def main() -> None:
                 base = {"preset": names[fam], "state_dtype": sd, "gates": gates, "backend": args.backend,
                         "snapshot_every": 1, "snapshot_requests": "all",
                         **({"modes": args.modes} if args.modes else {}),
-                        **({"replay_forward": args.replay_forward} if args.replay_forward else {})}
-                cases.append(("decode", {**base, "batch": "2", "rounds": args.tokens, "history_len": 16}))
+                        **({"replay_forward": args.replay_forward} if args.replay_forward else {}),
+                        **({"compact_commit": args.compact_commit} if args.compact_commit else {})}
+                if "compact" not in args.modes.split(","):  # compact needs drafts: its rollouts are the mtp ones
+                    cases.append(("decode", {**base, "batch": "2", "rounds": args.tokens, "history_len": 16}))
                 cases.append(("mtp-fixed", {**base, "batch": "2", "drafts": 3, "accept": "all",
                                             "rounds": args.tokens // 4, "history_len": 16}))
                 if sd == "fp32":

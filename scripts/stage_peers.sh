@@ -6,8 +6,8 @@
 #
 # It runs ../shared/tools/stage_wheels.sh (STAGE_WHEELS= to point elsewhere) with the pins below, so the
 # 92 MB nvidia-cutlass-dsl-libs-cu13 wheel is split over the two copies, then slims the two large peers:
-#   sglang            only its two ReplaySSM kernel files and its dist-info (the adapter loads one file; its
-#                     version is read from the dist-info), 39 MB -> a few kB;
+#   sglang            only the kernel files the adapters load (its GDN and KDA ReplaySSM files and the KDA
+#                     recurrent verify, kernels/ssm/baselines/sglang.py) and its dist-info (the version), 39 MB -> a few kB;
 #   flashinfer-python without flashinfer/data/ (cubins and CUDA sources the GDN CuTe DSL path does not use),
 #                     experimental/, fused_moe/ and moe_ep/ (not imported by flashinfer.gdn_decode), 62 -> 6.4 MB;
 #                     it travels in the first copy (a one-part "split": the whole wheel as part0, an empty
@@ -30,7 +30,8 @@ PART_MB=70 bash "$STAGE" "${PEERS[@]}" "${DEPS[@]}"  # only the cutlass-cu13 whe
 slim=$(mktemp -d)
 sg=$(ls .carry/b/sglang-0.5.23-*.whl)
 python3 "$here/slim_wheel.py" "$sg" "$slim" --keep sglang/kernels/ops/attention/linear/gdn_replayssm_spec_decode.py \
-  --keep sglang/kernels/ops/attention/linear/kda_replayssm_spec_decode.py
+  --keep sglang/kernels/ops/attention/linear/kda_replayssm_spec_decode.py \
+  --keep sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py
 mv "$slim/$(basename "$sg")" "$sg"
 fi=$(ls .carry/b/flashinfer_python-0.7.2.post1-*.whl)
 name=$(basename "$fi")

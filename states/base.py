@@ -39,17 +39,29 @@ STATE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ACT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 # Variants of each mode, the default first (SPEC §3). They store and compute differently but keep the
-# mode's contracts: both compact variants equal native bit for bit; every replay variant folds exactly.
+# mode's contracts: every compact variant commits native's states bit for bit (accept and deferred its outputs
+# too); every replay variant folds exactly.
 # Replay's `precompute` runs its products on tensor cores at the precision that keeps the fp32 contract
 # (kernels/ssm/replay_precompute.py); `precompute-<precision>` names each other precision it can take,
 # measured beside it (plain `tf32` is outside the fp32 contract: SPEC §5, tensor-core variants).
 PRECOMPUTE_PRECISION: dict[str, str] = {
     "precompute": DEFAULT_PRECISION, **{f"precompute-{p}": p for p in PRECISIONS if p != DEFAULT_PRECISION}}
+# Compact's `accept-precompute` commits as `accept` does (the token loop over the records, bitwise) and takes
+# its verify outputs from the same matrix form with an empty history (kernels/ssm/compact_precompute.py);
+# `accept-precompute-<precision>` as above.
+COMPACT_PRECOMPUTE_PRECISION: dict[str, str] = {f"accept-{v}": p for v, p in PRECOMPUTE_PRECISION.items()}
 MODE_VARIANTS: dict[str, tuple[str, ...]] = {
     "native": ("",),
-    "compact": ("accept", "deferred"),
+    "compact": ("accept", "deferred", *COMPACT_PRECOMPUTE_PRECISION),
     "replay": ("inline", *PRECOMPUTE_PRECISION),
 }
+
+
+def precompute_precision(mode: str, variant: str) -> str | None:
+    """The dot precision of a variant whose outputs come from the matrix form (replay `precompute*`,
+    compact `accept-precompute*`), or None for the token-loop variants."""
+    table = {"replay": PRECOMPUTE_PRECISION, "compact": COMPACT_PRECOMPUTE_PRECISION}.get(mode, {})
+    return table.get(variant)
 
 
 def mode_variant(mode: str, variant: str) -> str:
@@ -76,8 +88,8 @@ class StateConfig:
         history_len: replay `Lh` (a power of two, >= 4, >= W); the ring holds `2 * Lh` records.
         history_dtype: replay derived-record dtype (normalized k and corrected value d).
         variant: the mode's variant (`MODE_VARIANTS`): compact `accept | deferred` (when a round's
-            accepted records reach the state), replay `inline | precompute` (how forward projects the
-            checkpoint); native has one. Empty means the mode's first (default) variant.
+            accepted records reach the state; `accept-precompute*`: accept with a matrix-form verify),
+            replay `inline | precompute*` (how forward projects the checkpoint); native has one. Empty means the mode's first (default) variant.
         backend: `torch` or `triton`.
         device: where the pool lives.
     """

@@ -20,19 +20,33 @@ import torch
 
 from kernels.common.torch_ops import l2norm
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
-from kernels.ssm.configs import COMPACT_COMMIT, COMPACT_VERIFY, CONV, DEFERRED_VERIFY
-from states.base import Round, SSMState, StateConfig, _nbytes, round_state
+from kernels.ssm.compact_precompute import compact_precompute_verify
+from kernels.ssm.configs import COMPACT_COMMIT, COMPACT_PRECOMPUTE, COMPACT_VERIFY, CONV, DEFERRED_VERIFY
+from kernels.ssm.replay_precompute import precompute_supported
+from states.base import COMPACT_PRECOMPUTE_PRECISION, Round, SSMState, StateConfig, _nbytes, round_state
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
 
 
 class CompactState(SSMState):
+    """Compact pool. Variants: `accept` and `deferred` (above); `accept-precompute*` stores and commits as
+    `accept` and verifies in matrix form on the triton backend (kernels/ssm/compact_precompute.py, at the
+    precision `COMPACT_PRECOMPUTE_PRECISION` names); the torch backend computes it as `accept`."""
+
     mode = "compact"
     needs_drafts = True
 
     @property
     def deferred(self) -> bool:
         return self.cfg.mode_variant == "deferred"
+
+    @classmethod
+    def _validate_config(cls, geom: SSMGeometry, cfg: StateConfig) -> None:
+        super()._validate_config(geom, cfg)
+        if cfg.mode_variant in COMPACT_PRECOMPUTE_PRECISION and cfg.backend == "triton":
+            why = precompute_supported(geom.head_k_dim, geom.head_v_dim, geom.family, cfg.width, geom.lower_bound)
+            if why:
+                raise ValueError(why)
 
     def _allocate(self) -> None:
         g, cfg = self.geom, self.cfg
@@ -57,7 +71,9 @@ class CompactState(SSMState):
         return (self._verify_kernel(), COMPACT_COMMIT, CONV)
 
     def _verify_kernel(self) -> str:
-        return DEFERRED_VERIFY if self.cfg.mode_variant == "deferred" else COMPACT_VERIFY
+        if self.cfg.mode_variant in COMPACT_PRECOMPUTE_PRECISION:
+            return COMPACT_PRECOMPUTE
+        return DEFERRED_VERIFY if self.deferred else COMPACT_VERIFY
 
     @staticmethod
     def halves(cfg: StateConfig) -> int:
@@ -142,11 +158,13 @@ class CompactState(SSMState):
 
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, g = self.params, self.geom
-        return compact_verify(
-            self._kernel_pool(), layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b,
-            p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
-            self.kernel_configs[self._verify_kernel()], g.lower_bound,
-        )
+        args = (self._kernel_pool(), layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b,
+                p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
+                self.kernel_configs[self._verify_kernel()], g.lower_bound)
+        precision = COMPACT_PRECOMPUTE_PRECISION.get(self.cfg.mode_variant)
+        if precision is not None:
+            return compact_precompute_verify(*args, precision=precision)
+        return compact_verify(*args)
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:
         if self.deferred:

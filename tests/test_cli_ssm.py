@@ -80,7 +80,7 @@ def test_mtp_dynamic_and_json_output(tmp_path):
                       "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # progress lines go to stderr: stdout stays machine-readable
-    assert len(data["rows"]) == 10 and {r["batch"] for r in data["rows"]} == {2, 3}  # 5 variants x 2 batches
+    assert len(data["rows"]) == 12 and {r["batch"] for r in data["rows"]} == {2, 3}  # 6 variants x 2 batches
 
 
 @pytest.mark.usefixtures("light_runs")
@@ -93,7 +93,8 @@ def test_trace_in_and_dump_out(tmp_path, make_trace):
     run = load_run(_single_run(out))
     assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
     files = sorted(dump.rglob("round-*.pt"))
-    assert len(files) == 5 * 4  # native, compact (accept, deferred), replay (inline, precompute); four rounds
+    assert len(files) == 6 * 4  # native, compact (accept, deferred, accept-precompute-bf16x3), replay (inline,
+    # precompute); four rounds
     # docs/TRACE_FORMAT.md: states in rounds r with (r + 1) % N == 0, and in the last round
     for path in files:
         item = torch.load(path, weights_only=True)
@@ -140,7 +141,7 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     assert {json.loads(c)["restored_requests"] for c in run.throughput["config"]} == {2}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
-    assert len(restored) == 25 * 3  # every ordered pair of the five variants x (o, ssm, conv)
+    assert len(restored) == 36 * 3  # every ordered pair of the six variants x (o, ssm, conv)
     assert restored[("native/torch restored from compact", "o")].bitwise_equal
     assert restored[("compact/torch restored from native", "ssm")].bitwise_equal
     # a deferred snapshot carries its pending records into the committed state it hands out

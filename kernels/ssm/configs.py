@@ -13,6 +13,7 @@ on different configs). Kernels, by the name used in code, caches and result colu
     replay-forward     replay inline forward (folds inside when a row's history is full)
     replay-fold        replay fold of every layer (snapshot, materialize)
     replay-precompute  replay precompute forward (tensor cores)
+    compact-precompute compact verify in matrix form, accept-precompute variants (tensor cores)
     conv               causal depthwise conv
 
 A config is a plain dict (`{"BV": 32, "num_warps": 4, "num_stages": 1}`); the autotuner sweeps
@@ -35,19 +36,20 @@ COMPACT_COMMIT = "compact-commit"
 REPLAY_FORWARD = "replay-forward"
 REPLAY_FOLD = "replay-fold"
 REPLAY_PRECOMPUTE = "replay-precompute"
+COMPACT_PRECOMPUTE = "compact-precompute"
 CONV = "conv"
 
 # num_stages is kept as an axis with one value: the token loops carry no async copies for the
 # pipeliner to stage (measured on an H200: identical TTGIR for 1, 2 and 3 stages), so sweeping it
 # only multiplied autotune time.
 _STEP_AXES = {"BV": (8, 16, 32, 64, 128), "num_warps": (1, 2, 4, 8), "num_stages": (1,)}
+# the matrix-form kernels: BV is the tensor cores' M side, BK the K chunk of their reductions (both >= 16);
+# their K loop carries loads the pipeliner can stage, so num_stages is an axis here
+_MATRIX_AXES = {"BV": (16, 32, 64, 128), "BK": (16, 32, 64), "num_warps": (1, 2, 4, 8), "num_stages": (1, 2)}
 _AXES: dict[str, dict[str, tuple[int, ...]]] = {
     NATIVE_VERIFY: _STEP_AXES, COMPACT_VERIFY: _STEP_AXES, DEFERRED_VERIFY: _STEP_AXES,
     COMPACT_COMMIT: _STEP_AXES, REPLAY_FORWARD: _STEP_AXES, REPLAY_FOLD: _STEP_AXES,
-    # precompute: BV is the tensor cores' M side, BK the K chunk of its reductions (both >= 16); its K loop
-    # carries loads the pipeliner can stage, so num_stages is an axis here
-    REPLAY_PRECOMPUTE: {"BV": (16, 32, 64, 128), "BK": (16, 32, 64), "num_warps": (1, 2, 4, 8),
-                        "num_stages": (1, 2)},
+    REPLAY_PRECOMPUTE: _MATRIX_AXES, COMPACT_PRECOMPUTE: _MATRIX_AXES,
     CONV: {"BC": (32, 64, 128, 256, 512), "num_warps": (1, 2, 4, 8), "num_stages": (1,)},
 }
 KERNELS = tuple(_AXES)
@@ -64,6 +66,7 @@ _PREFERRED: dict[str, Config] = {
     REPLAY_FORWARD: {"BV": 64, "num_warps": 2, "num_stages": 1},
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_PRECOMPUTE: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
+    COMPACT_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},  # h200-2026-12-03c/compact-precompute
     CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
@@ -80,10 +83,11 @@ def _keep(kernel: str, config: Config, head_k_dim: int, head_v_dim: int, conv_di
     threads = 32 * config["num_warps"]
     if kernel == CONV:
         return config["BC"] <= max(32, triton.next_power_of_2(conv_dim)) and config["BC"] >= threads
-    widest = max(16 if kernel == REPLAY_PRECOMPUTE else 8, triton.next_power_of_2(head_v_dim))
+    matrix = _AXES[kernel] is _MATRIX_AXES
+    widest = max(16 if matrix else 8, triton.next_power_of_2(head_v_dim))
     if config["BV"] > widest:
         return False
-    if kernel == REPLAY_PRECOMPUTE:  # K chunks of 32 or 64 (16 only where K is that small)
+    if matrix:  # K chunks of 32 or 64 (16 only where K is that small)
         chunk, kp = config["BK"], triton.next_power_of_2(head_k_dim)
         if chunk > max(16, kp) or (chunk < 32 and kp >= 32):
             return False

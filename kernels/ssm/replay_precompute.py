@@ -47,44 +47,14 @@ import triton.language as tl
 from kernels.common.triton_cpu import interpreting
 from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
+from kernels.ssm.matrix_round import round_scalars, solve_round, stack_rows, stack_vec
 from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay import ReplayPool, check_replay_round
-from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
+from kernels.ssm.step import ENABLE_FP_FUSION, kda_log_gate, round_to
 
 # The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
 # no pair score overflows or flushes to zero).
 KDA_MAX_LOG_SPAN = 80.0
-
-
-@triton.jit
-def _stack_rows(b_k, b_q):
-    """`[WP, C]` key rows and `[WP, C]` query rows -> `[2 WP, C]` (row `s * WP + t`, s = 0 keys, 1 queries)."""
-    WP: tl.constexpr = b_k.shape[0]
-    C: tl.constexpr = b_k.shape[1]
-    return tl.reshape(tl.permute(tl.join(b_k, b_q), (2, 0, 1)), [2 * WP, C])
-
-
-@triton.jit
-def _stack_vec(b_x):
-    """`[WP]` -> `[2 WP]`, the vector twice (a per-token value of both halves of `_stack_rows`)."""
-    WP: tl.constexpr = b_x.shape[0]
-    return tl.reshape(tl.permute(tl.join(b_x, b_x), (1, 0)), [2 * WP])
-
-
-@triton.jit
-def _split_cols(b_x):
-    """`[R, 2 WP]` (columns of stacked rows) -> `([R, WP]` key columns, `[R, WP]` query columns)."""
-    R: tl.constexpr = b_x.shape[0]
-    WP: tl.constexpr = b_x.shape[1] // 2
-    return tl.split(tl.permute(tl.reshape(b_x, [R, 2, WP]), (0, 2, 1)))
-
-
-@triton.jit
-def _split_rows(b_x):
-    """`[2 WP, C]` (stacked rows) -> `([WP, C]` key rows, `[WP, C]` query rows)."""
-    WP: tl.constexpr = b_x.shape[0] // 2
-    C: tl.constexpr = b_x.shape[1]
-    return tl.split(tl.permute(tl.reshape(b_x, [2, WP, C]), (1, 2, 0)))
 
 
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
@@ -120,18 +90,9 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
     p_tok = qkv + (bos + o_t) * C  # [WP] the round's conv output rows
 
     # per-token scalars (fp32): beta, the norms of q and k over the whole K, GDN's log gate
-    b_beta = tl.where(m_t, tl.sigmoid(tl.load(b + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)), 0.0)
-    b_A_log = tl.load(A_log + i_hv).to(tl.float32)
-    o_kp = tl.arange(0, KP)
-    m_kp = o_kp < K
-    m_tkp = m_t[:, None] & m_kp[None, :]
-    b_qf = tl.load(p_tok[:, None] + i_h * K + o_kp[None, :], mask=m_tkp, other=0.0).to(tl.float32)
-    b_kf = tl.load(p_tok[:, None] + (H + i_h) * K + o_kp[None, :], mask=m_tkp, other=0.0).to(tl.float32)
-    r_q = scale / tl.sqrt(tl.sum(b_qf * b_qf, 1) + 1e-6)
-    r_k = 1.0 / tl.sqrt(tl.sum(b_kf * b_kf, 1) + 1e-6)
+    b_beta, b_A_log, r_q, r_k, b_g = round_scalars(qkv, a, b, A_log, dt_bias, bos, o_t, m_t, i_h, i_hv, scale,
+                                                   H, HV, K, V, KP, IS_KDA)
     if not IS_KDA:
-        b_ga = tl.load(a + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
-        b_g = tl.where(m_t, gdn_log_gate(b_ga, b_A_log, tl.load(dt_bias + i_hv).to(tl.float32)), 0.0)
         b_gam = tl.cumsum(b_g, 0)  # Γ_t
 
     # the history since the checkpoint (the cursor was flipped by prepare for rows that fold: count 0)
@@ -177,12 +138,12 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
                            other=0.0)
             b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
             b_eg = tl.exp(b_gamk)
-            b_x = _stack_rows(b_k * b_eg, b_q * b_eg)
+            b_x = stack_rows(b_k * b_eg, b_q * b_eg)
             b_xc = b_x * tl.exp(tl.sum(b_hg, 0))[None, :]
             b_kr = b_kh.to(tl.float32) * tl.exp(-b_gamk)
             tl.store(p_hg + pos[:, None] * K + o_k[None, :], b_gk, mask=m_tk & (i_v == 0))
         else:
-            b_x = _stack_rows(b_k, b_q)
+            b_x = stack_rows(b_k, b_q)
             b_xc = b_x
             b_kr = b_kh.to(tl.float32)
         b_s = tl.load(p_s0 + o_k[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_k[None, :] & (w > 0),
@@ -193,33 +154,18 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
         tl.store(p_hk + pos[:, None] * K + o_k[None, :], b_kh, mask=m_tk & w_k)
         tl.store(raw_k + (row * H + i_h) * P * K + pos[:, None] * K + o_k[None, :], x_k, mask=m_tk & w_k)
 
-    o_r = tl.arange(0, 2 * WP)
     if not IS_KDA:
-        b_g2 = _stack_vec(b_gam)  # Γ of each stacked row's token
+        b_g2 = stack_vec(b_gam)  # Γ of each stacked row's token
         b_hw = b_hw * tl.exp(b_gc + b_g2)[None, :]
         b_sc = b_sc * tl.where(m_j[:, None], tl.exp(b_rel[:, None] + b_g2[None, :]), 0.0)
         b_kk = b_kk * tl.exp(tl.minimum(b_g2[:, None] - b_gam[None, :], 0.0))  # i > t is masked below
     b_dd = tl.load(p_hd + (base + o_j)[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_j[None, :],
                    other=0.0).to(tl.float32)  # [BV, J] of Dd^T
     b_hw = tl.dot(b_dd, b_sc, b_hw, input_precision=PREC)
-    b_hk, b_hq = _split_cols(b_hw)  # [BV, WP] each
-    b_ak, b_aq = _split_rows(b_kk)  # [WP (t), WP (i)] each
-    b_ak = tl.where(o_t[None, :] < o_t[:, None], b_ak, 0.0)
-    b_aq = tl.where(o_t[None, :] <= o_t[:, None], b_aq, 0.0)
     m_vt = m_v[:, None] & m_t[None, :]
     x_v = tl.load(p_tok[None, :] + 2 * H * K + i_hv * V + o_v[:, None], mask=m_vt, other=0.0)  # [BV, WP] raw v
-    b_r = x_v.to(tl.float32) - b_hk
-
-    # d_t = beta_t (r_t - sum_{i<t} A[t, i] d_i), each rounded to the history dtype before later use
-    b_d = tl.zeros([BV, WP], dtype=tl.float32)
-    for t in tl.static_range(W):
-        sel = o_t == t
-        a_t = tl.sum(tl.where(sel[:, None], b_ak, 0.0), 0)
-        r_t = tl.sum(tl.where(sel[None, :], b_r, 0.0), 1)
-        beta_t = tl.sum(tl.where(sel, b_beta, 0.0), 0)
-        d_t = round_to(beta_t * (r_t - tl.sum(b_d * a_t[None, :], 1)), hist_d.dtype.element_ty).to(tl.float32)
-        b_d = tl.where(sel[None, :], d_t[:, None], b_d)
-    b_o = b_hq + tl.sum(b_d[:, None, :] * b_aq[None, :, :], 2)  # o_t += sum_{i<=t} A[q_t, i] d_i
+    # d_t rounded to the history dtype before later use, as its record holds it
+    b_o, b_d = solve_round(b_hw, b_kk, x_v.to(tl.float32), b_beta, W, hist_d.dtype.element_ty)
 
     tl.store(out + ((bos + o_t) * HV + i_hv)[None, :] * V + o_v[:, None], b_o, mask=m_vt)
     tl.store(p_hd + pos[None, :] * V + o_v[:, None], b_d.to(hist_d.dtype.element_ty), mask=m_vt)
@@ -238,6 +184,24 @@ def precompute_supported(K: int, V: int, family: str = "gdn", width: int = 1, lo
         return (f"the precompute forward factors KDA's in-round decay, which needs W * |lower_bound| <= "
                 f"{KDA_MAX_LOG_SPAN:g}, got W={width}, lower_bound={lower_bound}")
     return None
+
+
+def matrix_launch(kernel: str, config: Config, K: int, V: int, W: int, is_kda: bool, lower_bound: float,
+                  precision: str) -> dict:
+    """The constexprs and launch options of a matrix-form kernel (`replay-precompute`, `compact-precompute`)
+    after checking what it needs: `KP`, `BK`, `BV`, `WP`, `PREC` (ieee in the interpreter, which computes
+    every product in fp32 anyway), `num_warps`, `num_stages`, fp fusion off. ValueError on a geometry it
+    cannot run (`precompute_supported`), an unknown precision or a bad config."""
+    why = precompute_supported(K, V, "kda" if is_kda else "gdn", W, lower_bound)
+    if why:
+        raise ValueError(why)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+    config = check_config(kernel, config)
+    KP = triton.next_power_of_2(K)
+    return {"KP": KP, "BK": min(config["BK"], KP), "BV": min(config["BV"], max(16, triton.next_power_of_2(V))),
+            "WP": max(4, triton.next_power_of_2(W)), "PREC": "ieee" if interpreting() else precision,
+            "num_warps": config["num_warps"], "num_stages": config["num_stages"], "enable_fp_fusion": ENABLE_FP_FUSION}
 
 
 def replay_precompute_forward(
@@ -283,21 +247,11 @@ def replay_precompute_forward(
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
     W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
-    why = precompute_supported(K, V, "kda" if is_kda else "gdn", W, lower_bound)
-    if why:
-        raise ValueError(why)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
-    config = check_config(REPLAY_PRECOMPUTE, config)
-    KP = triton.next_power_of_2(K)
-    BV = min(config["BV"], max(16, triton.next_power_of_2(V)))
-    BK = min(config["BK"], KP)
-    replay_precompute_kernel[(triton.cdiv(V, BV) * n * HV,)](
+    opts = matrix_launch(REPLAY_PRECOMPUTE, config, K, V, W, is_kda, lower_bound, precision)
+    replay_precompute_kernel[(triton.cdiv(V, opts["BV"]) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,
         slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, P=P, WP=max(4, triton.next_power_of_2(W)), J=max(16, P // 2), IS_KDA=is_kda,
-        KP=KP, BK=BK, BV=BV, PREC="ieee" if interpreting() else precision,
-        num_warps=config["num_warps"], num_stages=config["num_stages"], enable_fp_fusion=ENABLE_FP_FUSION,
+        H=H, HV=HV, K=K, V=V, W=W, P=P, J=max(16, P // 2), IS_KDA=is_kda, **opts,
     )
     return out
