@@ -48,6 +48,26 @@ def _guarded(fn: Callable[[], Any]) -> Any:
         _fail(str(e))
 
 
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    """Ctrl-C: one line saying where the run was and what it left (the runner marks both on the
+    exception), then exit code 130, as a shell reports a SIGINT, without a traceback. Called once the
+    progress display has stopped, so the line stands alone."""
+    from harness.phases import interrupted_at
+
+    where = interrupted_at(exc)
+    line = f"interrupted at {where}" if where else "interrupted"
+    if hasattr(exc, "harness_run_dir"):
+        kept = exc.harness_run_dir
+        if kept is None:
+            line += "; nothing written"
+        elif kept[1]:
+            line += f"; the run had finished and is kept at {kept[0]} (figures may be missing: harness plot {kept[0]})"
+        else:
+            line += f"; partial run kept at {kept[0]}"
+    typer.echo(line, err=True)
+    raise typer.Exit(130)
+
+
 # ------------------------------------------------------------------------------------------- options
 Preset = Annotated[str, typer.Option(help="model geometry (harness list presets)")]
 Modes = Annotated[str | None, typer.Option(help="comma list of native,compact,replay (default: all three)")]
@@ -125,13 +145,16 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
     run = run_scenario
     if options.get("transport") == "dist":  # pd-roundtrip over a process group: harness/dist.py
         from harness.dist import run_dist as run
-    with progress_reporter() as progress:
-        outcome = _guarded(
-            lambda: run(
-                scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
-                repro=repro(),
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(
+                lambda: run(
+                    scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
+                    repro=repro(),
+                )
             )
-        )
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
         return
     if as_json:
@@ -315,11 +338,14 @@ def gate(
     _interpret_triton_on_cpu(device, backend)
     from harness.gate import run_gate
 
-    with progress_reporter() as progress:
-        outcome = _guarded(
-            lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
-                             progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
-        )
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(
+                lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
+                                 progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
+            )
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     for line in outcome.lines:
         console.print(line, markup=False, highlight=False)
     console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
@@ -388,9 +414,12 @@ def autotune_cmd(
     _guarded(lambda: plan_autotune(target, options, out or DEFAULT_OUT))  # bad input: one line, before anything
     if restart:
         _restart_interpreted("autotune")
-    with progress_reporter() as progress:
-        outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
-                                                out_root=out or DEFAULT_OUT, progress=progress))
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
+                                                    out_root=out or DEFAULT_OUT, progress=progress))
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     if as_json:
         print(json.dumps({"run": str(outcome.path), "cache": str(outcome.cache), "choices": outcome.choices},
                          indent=1, default=str))

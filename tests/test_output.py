@@ -84,6 +84,68 @@ def test_plain_progress_beats_while_one_step_runs_long():
     assert lines[-1].startswith("autotune ssm: done, 1/1 in ")
 
 
+def test_the_heartbeat_names_the_phase_and_case_while_no_task_counts():
+    """Issue 24: a timing phase of minutes (no task counts it) printed nothing; now every phase beats."""
+    def run(clock):
+        with clock.case("decode qwen3-next batch 1"), clock.phase("timing"):
+            time.sleep(0.9)
+        with clock.phase("figures"):
+            time.sleep(0.5)
+
+    lines = _beats(0.2, run).splitlines()
+    timing = [line for line in lines if line.startswith("decode qwen3-next batch 1: timing for ")]
+    assert len(timing) >= 2 and all(line.endswith(" s (running)") for line in timing), lines
+    assert [line for line in lines if line.startswith("figures for ")], lines
+    assert not [line for line in lines if line.startswith("setup")], lines  # the clock listened after it began
+
+
+def test_the_first_beat_waits_a_whole_period():
+    """Planning (and a run refused there) stays silent: the clock's first line comes after `every_s`."""
+    assert _beats(0.6, lambda clock: time.sleep(0.4)) == ""
+
+
+def _beats(every_s: float, body) -> str:
+    """What plain progress prints while `body(clock)` runs inside a run's setup phase, the clock listening
+    from then on (as make_context does once planning passed)."""
+    from harness.phases import PhaseClock
+
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=every_s) as progress:
+        clock = PhaseClock("cpu")
+        with clock.phase("setup"):
+            clock.listen(progress)
+            body(clock)
+    return stream.getvalue()
+
+
+@pytest.mark.usefixtures("light_runs")
+def test_every_pd_pair_ticks_and_the_pairs_left_out_are_named(tmp_path, monkeypatch):
+    """Each TP pair is a case: the cases are the outer count, so a pd-roundtrip is never silent; the
+    default sweep on tiny-gdn has no TP 4 or 8 pair, and one line says why."""
+    monkeypatch.setenv("HARNESS_PROGRESS_EVERY_S", "0")
+    result = runner.invoke(app, ["run", "pd-roundtrip", "--page-tokens", "16", "--pages", "1", "--warmup", "0",
+                                 "--rep", "2", "--out", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == ("pd-roundtrip: tiny-gdn: pairs with TP 4, 8 left out: TP 4 does not divide its 2 SSM key / "
+                        "4 value heads (the linear-attention layers split heads over the ranks)")
+    assert lines[1] == "pd-roundtrip cases: started, 4 steps"
+    for k in (1, 2, 3):
+        assert [line for line in lines if line.startswith(f"pd-roundtrip cases: {k}/4 after ")], lines
+    assert [line for line in lines if line.startswith("pd-roundtrip cases: done, 4/4 in ")], lines
+
+
+def test_dist_pairs_that_need_more_processes_are_named():
+    from scenarios import get_scenario
+
+    scenario = get_scenario("pd-roundtrip")
+    options = {"preset": "llama-3-8b", "transport": "dist", "nproc": 2, "tp_pairs": None}
+    notes = scenario.notes(options, scenario.plan(options))
+    assert notes == ["pairs 1:4, 1:8, 2:4, 2:8, 4:1, 4:2, 4:4, 4:8, 8:1, 8:2, 8:4, 8:8 need more than --nproc 2 "
+                     "processes: their rows are unsupported"]
+    assert scenario.notes({**options, "nproc": 8}, scenario.plan({**options, "nproc": 8})) == []
+
+
 def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
     stream = io.StringIO()
     with progress_reporter(tty=True, stream=stream):

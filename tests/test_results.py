@@ -162,8 +162,8 @@ def test_failed_run_leaves_no_complete_looking_directory(tmp_path):
     assert not w.final_dir.exists() and w.partial_dir.is_dir()
     assert "scenario crashed" in (w.partial_dir / "FAILED.txt").read_text()
     assert (w.partial_dir / "rows.jsonl").read_text()  # what it had is kept for forensics
-    with pytest.raises(ValueError, match="unfinished or failed"):
-        load_run(w.partial_dir)
+    with pytest.raises(ValueError, match=r"is a failed run \(FAILED.txt: KeyError: 'scenario crashed'\); it holds 1 rows"):
+        load_run(w.partial_dir)  # the error, the traceback's last line, and what the run holds
     assert latest_run(tmp_path).run_id == good.run_id  # the newer failed run is skipped
 
 
