@@ -161,17 +161,20 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
     check_output_dir(out_root, "--out")
     if options.get("dump") is not None:
         check_output_dir(options["dump"], "--dump")
+        dump = Path(options["dump"])
+        if dump.is_dir() and any(dump.iterdir()):  # a dump's rounds are files per round: two runs would mix
+            raise ValueError(f"--dump {dump} is not empty (another dump's rounds would mix with this run's); "
+                             "give a new or empty folder")
     cases = scenario.plan(options)
     if options.get("rep") is not None:
         parse_int(options["rep"], "--rep", lo=2)  # the noise column needs two samples
     if options.get("warmup") is not None:
         parse_int(options["warmup"], "--warmup", lo=0)
-    try:
-        level = autotune.Level(given(options.get("autotune"), "cache-only"))
-    except ValueError as e:
-        raise ValueError(f"--autotune: {e}") from None
-    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
-        raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
+    value = given(options.get("autotune"), "cache-only")
+    level = next((lv for lv in autotune.Level if lv.value == value), None)
+    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):  # say only what a run takes
+        tune = " (tuning is `harness autotune --level tune-missing | force`)" if level is not None else ""
+        raise ValueError(f"--autotune takes cache-only or off in a run, got {value!r}{tune}")
     if options.get("autotune_cache") is not None:
         check_cache(options["autotune_cache"])
     device = given(options.get("device"), "cpu")

@@ -15,7 +15,7 @@ from harness.progress import progress_reporter
 from results.plots import make_figure
 from results.schema import validate_rows
 from results.store import RunWriter
-from results.tables import SPEEDUP, log_lines, throughput_tables
+from results.tables import SPEEDUP, log_lines, print_table, throughput_tables
 
 runner = CliRunner()
 
@@ -240,3 +240,27 @@ def test_what_users_read_cites_docs_in_the_repository_not_the_spec(tmp_path):
     assert "SPEC" not in md and "docs/REPORTS.md" in md and "1.7e9 ULP" in md
     untouched = [line for line in md.splitlines() if "| untouched " in line]
     assert untouched and not any("NaN" in line for line in untouched)
+
+
+def test_tables_written_to_a_file_keep_every_header_whole():
+    """Into a file (no terminal) the console is 160 wide; a table that needed more had its headers cut with
+    "…" mid-word. Every word of every header and cell must come out whole."""
+    from rich.console import Console
+
+    modes = ["native", "compact", "compact", "replay", "replay", "replay"]
+    variants = [None, "accept", "deferred", "inline", "precompute", "precompute-tf32"]
+    rows = [_row(m, b, variant=v, **({"history_len": 16, "history_dtype": "fp32"} if m == "replay" else {}))
+            for m, v in zip(modes, variants) for b in (2, 4)]
+    df = validate_rows(pd.DataFrame(rows))
+    stream = io.StringIO()
+    console = Console(width=160, file=stream)  # what harness.cli makes when stdout is not a terminal
+    assert not console.is_terminal
+    tables = throughput_tables(df)
+    for table in tables:
+        print_table(console, table.to_rich())
+    text = stream.getvalue()
+    assert "\u2026" not in text
+    words = set(text.replace("\u2503", " ").replace("\u2502", " ").split())
+    for table in tables:
+        for header in table.columns:
+            assert set(header.split()) <= words, header
