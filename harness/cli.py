@@ -175,7 +175,8 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
         print(json.dumps({"run": str(outcome.path), "rows": outcome.rows}, default=str, indent=1))
     else:
         render_rich(load_run(outcome.path), console)
-        console.print(f"run directory: {outcome.path}", markup=False, highlight=False)
+        # absolute, whatever --out was: the line is copied into other commands run from elsewhere
+        console.print(f"run directory: {outcome.path.absolute()}", markup=False, highlight=False)
     if not outcome.equivalence.passed:
         raise typer.Exit(1)
 

@@ -92,3 +92,35 @@ def test_committed_notebook_matches_its_source() -> None:
     )
     code = [c for c in committed.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code), "commit it with outputs stripped"
+
+
+def test_run_directory_line_is_absolute_as_the_notebook_readme_says(tmp_path: Path, monkeypatch) -> None:
+    """notebooks/README.md quotes the line a run ends with; it said the path was relative (it is absolute
+    with the default --out) and that executing the notebook prints nothing else (jupyter prints its own)."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "decode", "--rounds", "1", "--warmup", "0", "--rep", "2",
+                                      "--out", "runs"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    line = result.stdout.splitlines()[-1]
+    assert line.startswith("run directory: /") and Path(line.removeprefix("run directory: ")).is_dir()
+    readme = (NOTEBOOKS / "README.md").read_text()
+    assert "ends with `run directory: <path>`, an absolute" in readme and "prints nothing else" not in readme
+
+
+@pytest.mark.slow  # a Jupyter kernel process; the README's own command line
+def test_jupyter_execute_as_the_readme_gives_it(small_run: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    write_kernel_spec(tmp_path / "jupyter" / "kernels" / "python3")
+    env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter"), "HARNESS_RUN": str(small_run)}
+    jupyter = Path(sys.executable).parent / "jupyter"
+    proc = subprocess.run([str(jupyter), "execute", "notebooks/compare_modes.ipynb"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # the cells' outputs are not printed
+    assert "[NbClientApp] Executing notebooks/compare_modes.ipynb" in proc.stderr  # jupyter's own lines are
