@@ -104,10 +104,11 @@ def run_dist(
     return RunOutcome(path, run.throughput.to_dict(orient="records"), run.equivalence_report())
 
 
-def _stop(processes: list[Any], grace_s: float = 5.0) -> None:
+def _stop(processes: list[Any]) -> None:
     """End the workers after Ctrl-C: first the SIGINT they got with this process (a terminal's Ctrl-C
-    reaches the whole process group), then one of our own, then SIGKILL."""
-    for send in (None, signal.SIGINT, signal.SIGKILL):
+    reaches the whole process group; writing FAILED.txt takes milliseconds), then one of our own (a second
+    one earlier could cut that short), then SIGKILL."""
+    for send, grace_s in ((None, 2.0), (signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
         alive = [p for p in processes if p.is_alive()]
         if not alive:
             return

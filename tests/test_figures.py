@@ -26,31 +26,27 @@ REPO = Path(__file__).resolve().parents[1]
 QUICK = ["--warmup", "0", "--rep", "3"]
 RUNS = {
     "mtp-fixed": ["run", "mtp-fixed", "--rounds", "2", "--batch", "2,4", *QUICK],
-    "decode": ["run", "decode", "--rounds", "32", "--batch", "2", "--modes", "native,replay", *QUICK],
-    "checkpoint-restore": ["run", "checkpoint-restore", "--batch", "2", *QUICK],
-    "pd-local": ["run", "pd-roundtrip", "--page-tokens", "16", "--pages", "1", *QUICK],
+    "decode": ["run", "decode", "--rounds", "32", "--batch", "2", "--modes", "native,replay", "--replay-forward",
+               "inline", "--history-len", "4", *QUICK],
+    "checkpoint-restore": ["run", "checkpoint-restore", "--batch", "2", "--rounds", "9", "--drafts", "2",
+                           "--history-len", "4", *QUICK],
     "pd-dist": ["run", "pd-roundtrip", "--transport", "dist", "--nproc", "2", "--page-tokens", "16", "--pages", "1",
                 *QUICK],
     "cpu-pages": ["run", "cpu-page-restore", "--page-size", "16,64", "--pages", "2", *QUICK],
 }
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Run]:
+def _run(name: str, out: Path, monkeypatch) -> Run:
+    """Run RUNS[name] into `out` (each test builds the one run it reads: under xdist a shared fixture
+    would be built again on every worker)."""
     from harness import env
 
-    out = tmp_path_factory.mktemp("figure-runs")
-    made = {}
-    with pytest.MonkeyPatch.context() as mp:  # the copy ceiling over 1 MiB: its value is what is checked, not its size
-        measure = env.measure_ceilings
-        mp.setattr(env, "measure_ceilings", lambda device, **_: measure(device, cpu_bytes=1 << 20, repeats=3))
-        for name, args in RUNS.items():
-            root = out / name
-            result = runner.invoke(app, [*args, "--out", str(root)], catch_exceptions=False)
-            assert result.exit_code == 0, result.output
-            (path,) = root.iterdir()
-            made[name] = load_run(path)
-    return made
+    measure = env.measure_ceilings  # over 1 MiB: the ceiling's value is what is checked, not its size
+    monkeypatch.setattr(env, "measure_ceilings", lambda device, **_: measure(device, cpu_bytes=1 << 20, repeats=3))
+    result = runner.invoke(app, [*RUNS[name], "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (path,) = out.iterdir()
+    return load_run(path)
 
 
 def _figure(run: Run, metric: str) -> Figure:
@@ -99,51 +95,49 @@ def _manifest_gbps(run: Run, name: str) -> float:
     return ceilings[base]["gbps"] * int(times)
 
 
-@pytest.mark.parametrize("metric", ["throughput", "speedup", "bandwidth"])
-def test_line_figures_one_style_per_variant_ticks_at_the_batches(runs, metric):
-    run = runs["mtp-fixed"]
-    fig = _figure(run, metric)
-    series = _series(fig)
-    assert len(series) >= 4 if metric != "speedup" else len(series) >= 3, list(series)
-    looks = [(line.get_color(), line.get_marker()) for line in series.values()]
-    assert len(set(c for c, _ in looks)) == len(looks), looks  # every series its own colour
-    for label, line in series.items():  # and the variant's own, as in every other figure
-        variant = label.split(" ")[0]
-        assert (line.get_color(), line.get_marker()) == (styles.FIXED[variant].color, styles.FIXED[variant].marker)
-    ax = fig.axes[0]
-    assert list(ax.get_xticks()) == [2.0, 4.0]  # the batches measured, not 2, 4, 8 around them
-    assert isinstance(ax.xaxis.get_minor_locator(), NullLocator)  # no unlabelled log ticks between them
-    _legend_entries_have_data(fig)
+def test_run_figures_one_style_per_variant_ticks_and_scales_the_data_needs(tmp_path, monkeypatch):
+    run = _run("mtp-fixed", tmp_path, monkeypatch)
+    for metric in ("throughput", "speedup", "bandwidth"):
+        fig = _figure(run, metric)
+        series = _series(fig)
+        assert len(series) == (4 if metric == "speedup" else 5), (metric, list(series))
+        looks = [(line.get_color(), line.get_marker()) for line in series.values()]
+        assert len(set(c for c, _ in looks)) == len(looks), looks  # every series its own colour
+        for label, line in series.items():  # and the variant's own, as in every other figure
+            variant = label.split(" ")[0]
+            assert (line.get_color(), line.get_marker()) == (styles.FIXED[variant].color, styles.FIXED[variant].marker)
+        ax = fig.axes[0]
+        assert list(ax.get_xticks()) == [2.0, 4.0]  # the batches measured, not 2, 4, 8 around them
+        assert isinstance(ax.xaxis.get_minor_locator(), NullLocator)  # no unlabelled log ticks between them
+        _legend_entries_have_data(fig)
 
-
-def test_bandwidth_uses_the_scale_the_data_needs_and_labels_ceilings_by_value(runs):
-    run = runs["mtp-fixed"]
+    # bandwidth: CPU rows far under the copy ceiling, on the scale they need, the ceiling labelled by value
     fig = _figure(run, "bandwidth")
     ax = fig.axes[0]
     data = [y for line in _series(fig).values() for y in line.get_ydata()]
     ceiling = run.manifest["ceilings"]["cpu-memcpy"]["gbps"]
-    assert max(data) * 20 < ceiling and ax.get_yscale() == "log"  # CPU rows far under the copy ceiling
+    assert max(data) * 20 < ceiling and ax.get_yscale() == "log"
     low, high = ax.get_ylim()
     assert low < min(data) and high > ceiling
     assert _ceilings_in_legend(fig) == {"cpu-memcpy": _fmt_num(ceiling)}
 
-
-def test_memory_legend_only_names_bars_that_are_drawn(runs):
-    full = _figure(runs["mtp-fixed"], "memory")
+    # memory: both kinds of bar, each variant in its colour (pale and solid share it), not two for all
+    full = _figure(run, "memory")
     assert [t.get_text() for t in full.axes[0].get_legend().get_texts()] == ["predicted", "measured"]
-    restore = _figure(runs["checkpoint-restore"], "memory")
-    assert runs["checkpoint-restore"].throughput["bytes_per_request_measured"].isna().all()
+    assert len({tuple(p.get_facecolor()[:3]) for p in full.axes[0].patches}) == 5
+
+
+def test_memory_legend_only_names_bars_that_are_drawn(tmp_path, monkeypatch):
+    run = _run("checkpoint-restore", tmp_path, monkeypatch)
+    restore = _figure(run, "memory")
+    assert run.throughput["bytes_per_request_measured"].isna().all()  # checkpoint-restore measures none
     assert [t.get_text() for t in restore.axes[0].get_legend().get_texts()] == ["predicted"]
-    for ax in (full.axes[0], restore.axes[0]):
-        tallest = [p for p in ax.patches if p.get_height() > 0]
-        assert tallest  # every entry named has bars
-    colours = {tuple(p.get_facecolor()[:3]) for p in full.axes[0].patches}
-    assert len(colours) == 5  # a colour per variant (pale and solid share it), not two for all
+    assert [p for p in restore.axes[0].patches if p.get_height() > 0]
 
 
-@pytest.mark.parametrize("name", ["pd-local", "pd-dist", "cpu-pages"])
-def test_page_bandwidth_ceilings_are_the_manifests_and_never_zero(runs, name):
-    run = runs[name]
+@pytest.mark.parametrize("name", ["pd-dist", "cpu-pages"])  # a ceiling per pair; one per line
+def test_page_bandwidth_ceilings_are_the_manifests_and_never_zero(name, tmp_path, monkeypatch):
+    run = _run(name, tmp_path, monkeypatch)
     fig = _figure(run, "page-bandwidth")
     gbps_ax, pct_ax = fig.axes
     labelled = _ceilings_in_legend(fig)
@@ -172,8 +166,8 @@ def test_page_bandwidth_ceilings_are_the_manifests_and_never_zero(runs, name):
             assert len(link) == 1 and y == pytest.approx(run.manifest["ceilings"][link[0]]["gbps"]), (x, y, link)
 
 
-def test_drift_is_drawn_at_the_rounds_compared(runs, tmp_path):
-    run = runs["decode"]
+def test_drift_is_drawn_at_the_rounds_compared_in_the_run_and_the_notebook(tmp_path, monkeypatch):
+    run = _run("decode", tmp_path / "runs", monkeypatch)
     states = [c for c in run.comparisons if c.rhs == "fp64-reference" and c.name == "ssm" and len(c.rms_series) > 1]
     assert states and all(c.series_rounds == [7, 15, 23, 31] for c in states)  # --snapshot-every 8 over 32 rounds
     made = drift_figures(run.comparisons, tmp_path)
@@ -187,17 +181,15 @@ def test_drift_is_drawn_at_the_rounds_compared(runs, tmp_path):
         variant = line.get_label().split("/")[0]
         assert line.get_color() == styles.FIXED[variant].color  # the variant's colour in the run figures too
 
-
-def test_the_notebooks_drift_cell_plots_at_the_rounds_compared(runs):
-    """The notebook's own replay drift figure (its cell run as written) had x = 0..3 for rounds 7..31."""
+    # the notebook's own replay drift figure (its cell run as written) had x = 0..3 for rounds 7..31
     source = (REPO / "notebooks" / "compare_modes.py").read_text()
     (cell,) = [c for c in source.split("# %%") if "replay drift" in c and "add_subplot" in c]
     shown = []
-    namespace = {"run": runs["decode"], "show": shown.append}
+    namespace = {"run": run, "show": shown.append}
     exec(compile("from matplotlib.backends.backend_agg import FigureCanvasAgg\nfrom matplotlib.figure import Figure\n"
                  "from results.drift import series_rounds, series_style\n" + cell, "compare_modes.py", "exec"), namespace)
     (fig,) = shown
-    replay = {f"{c.name}: {c.lhs} vs {c.rhs}, shape {list(c.shape)}": c for c in runs["decode"].comparisons
+    replay = {f"{c.name}: {c.lhs} vs {c.rhs}, shape {list(c.shape)}": c for c in run.comparisons
               if c.lhs.startswith("replay") and len(c.rms_series) > 1}
     lines = [line for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
     assert len(lines) == len(replay)

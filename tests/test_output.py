@@ -154,12 +154,16 @@ def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
 
 
 @pytest.mark.usefixtures("light_runs")
-def test_a_run_in_a_log_says_what_it_is_doing(tmp_path):
+def test_a_run_in_a_log_says_what_it_is_doing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["run", "decode", "--rounds", "2", "--warmup", "0", "--rep", "2", "--history-len", "4",
-                                 "--out", str(tmp_path)], catch_exceptions=False)  # CliRunner's stdout is no TTY
+                                 "--out", "runs"], catch_exceptions=False)  # CliRunner's stdout is no TTY
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith("decode tiny-gdn batch 4: native/torch: started, 2 steps\n")
     assert "started" not in result.stdout  # stdout keeps the tables (and --json) clean
+    # the last line names the run absolutely, a relative --out too (notebooks/README.md quotes it)
+    line = result.stdout.splitlines()[-1]
+    assert line == f"run directory: {next((tmp_path / 'runs').iterdir())}"
 
 
 def test_cpu_noise_is_one_line_per_run_and_gpu_noise_one_per_row():
