@@ -268,3 +268,15 @@ def test_tables_written_to_a_file_keep_every_header_whole():
     for table in tables:
         for header in table.columns:
             assert set(header.split()) <= words, header
+
+
+def test_progress_bars_show_the_phase_on_one_line():
+    stream = io.StringIO()
+    with progress_reporter(tty=True, stream=stream) as progress:
+        progress.phase("decode tiny-gdn batch 4: rollout")
+        advance = progress("decode tiny-gdn batch 4: native/torch", 2)
+        advance()
+        progress.phase("decode tiny-gdn batch 4: timing")
+        advance()
+        descriptions = [task.description for task in progress.bar.tasks]
+    assert descriptions == ["decode tiny-gdn batch 4: timing", "decode tiny-gdn batch 4: native/torch"]
