@@ -41,6 +41,12 @@ FIXED: dict[str, Style] = {
     "replay-precompute-bf16x3": Style("C8", ">"),
     "replay-precompute-bf16x6": Style("C6", "p"),
     "replay-precompute-tf32": Style("C3", "h"),
+    # compact's verify in matrix form, per dot precision (orange-to-brown, as compact's own)
+    "compact-accept-precompute": Style("#e6550d", "P"),
+    "compact-accept-precompute-tf32x3": Style("#fdae6b", "X"),
+    "compact-accept-precompute-bf16x3": Style("#843c39", "*"),
+    "compact-accept-precompute-bf16x6": Style("#a55194", "d"),
+    "compact-accept-precompute-tf32": Style("#ff9896", "8"),
 }
 # Peers and anything unforeseen: colours and markers that no fixed variant uses.
 _SPARE_COLOURS = ("#17becf", "#bcbd22", "#7b4173", "#637939", "#e7969c", "#393b79", "#8c6d31", "#d6616b",
