@@ -35,6 +35,12 @@ app.add_typer(run_app, name="run")
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def print_table(console: Console, table: Any) -> None:
+    from results.tables import print_table as whole  # pandas and the results package only when a table prints
+
+    whole(console, table)
+
+
 def _fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)  # one line, never wrapped
     raise typer.Exit(2)
@@ -48,7 +54,35 @@ def _guarded(fn: Callable[[], Any]) -> Any:
         _fail(str(e))
 
 
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    """Ctrl-C: one line saying where the run was and what it left (the runner marks both on the
+    exception), then exit code 130, as a shell reports a SIGINT, without a traceback. Called once the
+    progress display has stopped, so the line stands alone."""
+    from harness.phases import interrupted_at
+
+    where = interrupted_at(exc)
+    line = f"interrupted at {where}" if where else "interrupted"
+    if hasattr(exc, "harness_run_dir"):
+        kept = exc.harness_run_dir
+        if kept is None:
+            line += "; nothing written"
+        elif kept[1]:
+            line += f"; the run had finished and is kept at {kept[0]} (figures may be missing: harness plot {kept[0]})"
+        else:
+            line += f"; partial run kept at {kept[0]}"
+    typer.echo(line, err=True)
+    raise typer.Exit(130)
+
+
 # ------------------------------------------------------------------------------------------- options
+def _path(value: str) -> Path:
+    """Every path option's parser: `--out ''` read as Path('') is the current folder, which nobody means
+    (it wrote a run into the working directory), so an empty path is refused like any bad value."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path; give a folder or file name")
+    return Path(value)
+
+
 Preset = Annotated[str, typer.Option(help="model geometry (harness list presets)")]
 Modes = Annotated[str | None, typer.Option(help="comma list of native,compact,replay (default: all three)")]
 Backend = Annotated[str, typer.Option(help="comma list of torch,triton and the peers' fla,sglang,flashinfer "
@@ -79,16 +113,16 @@ HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: f
 Gates = Annotated[str | None, typer.Option(
     help="gate inputs (default random): random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "
          "where bf16 state drifts most)")]
-Trace = Annotated[Path | None, typer.Option(help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
-Dump = Annotated[Path | None, typer.Option(help="write each mode's per-round outputs and accepted states here")]
+Trace = Annotated[Path | None, typer.Option(parser=_path, help="take every input from this trace file (docs/TRACE_FORMAT.md)")]
+Dump = Annotated[Path | None, typer.Option(parser=_path, help="write each mode's per-round outputs and accepted states here")]
 SnapshotEvery = Annotated[int, typer.Option(
     help="compare (and --dump) accepted states every N rounds and after the last (docs/TRACE_FORMAT.md)")]
 CheckRequests = Annotated[int | None, typer.Option(
     help="requests compared against the fp64 reference per case, 1 .. batch (default 4, at most the batch)")]
 Budget = Annotated[float, typer.Option(help="memory budget (GiB, > 0) for the max-concurrency column")]
-Out = Annotated[Path | None, typer.Option(help="root folder of run directories (default results/runs)")]
+Out = Annotated[Path | None, typer.Option(parser=_path, help="root folder of run directories (default results/runs)")]
 AutotuneLevel = Annotated[str, typer.Option("--autotune", help="kernel configs: cache-only (cached, else default) | off")]
-AutotuneCache = Annotated[Path | None, typer.Option(help="config cache file (default results/autotune/cache.json)")]
+AutotuneCache = Annotated[Path | None, typer.Option(parser=_path, help="config cache file (default results/autotune/cache.json)")]
 Warmup = Annotated[int, typer.Option(help="untimed calls before the samples")]
 Rep = Annotated[int, typer.Option(help="timed samples per row (median, p20, p80, noise)")]
 JsonOut = Annotated[bool, typer.Option("--json", help="print the rows as JSON instead of tables")]
@@ -129,20 +163,24 @@ def _run(scenario: str, options: dict[str, Any], out: Path | None, as_json: bool
     run = run_scenario
     if options.get("transport") == "dist":  # pd-roundtrip over a process group: harness/dist.py
         from harness.dist import run_dist as run
-    with progress_reporter() as progress:
-        outcome = _guarded(
-            lambda: run(
-                scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
-                repro=repro(),
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(
+                lambda: run(
+                    scenario, options, argv=["harness", *sys.argv[1:]], out_root=out or DEFAULT_OUT, progress=progress,
+                    repro=repro(),
+                )
             )
-        )
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     if outcome is None:  # a torchrun rank other than 0: rank 0 reports the run
         return
     if as_json:
         print(json.dumps({"run": str(outcome.path), "rows": outcome.rows}, default=str, indent=1))
     else:
         render_rich(load_run(outcome.path), console)
-        console.print(f"run directory: {outcome.path}", markup=False, highlight=False)
+        # absolute, whatever --out was: the line is copied into other commands run from elsewhere
+        console.print(f"run directory: {outcome.path.absolute()}", markup=False, highlight=False)
     if not outcome.equivalence.passed:
         raise typer.Exit(1)
 
@@ -290,7 +328,7 @@ def list_cmd(
             table.add_column(col)
         for item in items:
             table.add_row(*(str(v) for v in item.values()))
-        console.print(table)
+        print_table(console, table)
 
 
 # ---------------------------------------------------------------------------------------------- gate
@@ -299,7 +337,7 @@ def gate(
     device: Device = "cpu",
     backend: Annotated[str | None, typer.Option(help="comma list; default torch, plus triton when it can run")] = None,
     shapes: Annotated[str, typer.Option(help="tiny | model (model: real preset shapes, CUDA)")] = "tiny",
-    junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")] = None,
+    junit: Annotated[Path | None, typer.Option(parser=_path, help="also write a JUnit XML report here")] = None,
     out: Out = None,
 ) -> None:
     """Check every equivalence contract at gate shapes (docs/CONTRACTS.md: the contracts by name, their
@@ -307,26 +345,32 @@ def gate(
     or a comparison without a partner. On CPU the Triton kernels run in the interpreter (--backend torch
     skips them)."""
     from harness.runner import DEFAULT_OUT
-    from harness.writable import check_output_dir, check_output_file
+    from harness.writable import check_output_dir, check_output_file_in
 
     # bad input is one line before anything else, the interpreter restart included; where the gate
     # writes is checked before its cases run, not after them
     if shapes not in ("tiny", "model"):
         _fail(f"--shapes must be tiny or model, got {shapes!r}")
     _guarded(lambda: check_output_dir(out or DEFAULT_OUT, "--out"))
-    if junit is not None:
-        _guarded(lambda: check_output_file(junit, "--junit"))
+    if junit is not None:  # its folder may be --out's, which the gate makes
+        _guarded(lambda: check_output_file_in(junit, "--junit", made=out or DEFAULT_OUT))
     _interpret_triton_on_cpu(device, backend)
     from harness.gate import run_gate
 
-    with progress_reporter() as progress:
-        outcome = _guarded(
-            lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
-                             progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
-        )
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(
+                lambda: run_gate(device=device, backends=backend, shapes=shapes, junit=junit, out_root=out,
+                                 progress=progress, argv=["harness", *sys.argv[1:]], repro=repro())
+            )
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     for line in outcome.lines:
         console.print(line, markup=False, highlight=False)
     console.print(f"gate report: {outcome.path}", markup=False, highlight=False)
+    if outcome.junit_error:  # the verdict stands above; the report it was to go into could not be written
+        typer.echo(f"error: --junit {junit} not written: {outcome.junit_error}", err=True)
+        raise typer.Exit(1)
     if not outcome.passed:
         raise typer.Exit(1)
 
@@ -392,9 +436,12 @@ def autotune_cmd(
     _guarded(lambda: plan_autotune(target, options, out or DEFAULT_OUT))  # bad input: one line, before anything
     if restart:
         _restart_interpreted("autotune")
-    with progress_reporter() as progress:
-        outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
-                                                out_root=out or DEFAULT_OUT, progress=progress))
+    try:
+        with progress_reporter() as progress:
+            outcome = _guarded(lambda: run_autotune(target, options, argv=["harness", *sys.argv[1:]],
+                                                    out_root=out or DEFAULT_OUT, progress=progress))
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     if as_json:
         print(json.dumps({"run": str(outcome.path), "cache": str(outcome.cache), "choices": outcome.choices},
                          indent=1, default=str))
@@ -407,12 +454,12 @@ def autotune_cmd(
     for c in outcome.choices:
         us = "-" if c["median_us"] is None else f"{c['median_us']:.1f}"
         table.add_row(c["kernel"], str(c["batch"]), json.dumps(c["config"]), c["source"], us)
-    console.print(table)
+    print_table(console, table)
     console.print(f"run directory: {outcome.path}", markup=False, highlight=False)
 
 
 # --------------------------------------------------------------------------------- report / compare
-RunArg = Annotated[Path, typer.Argument(help="a run directory (results/runs/<run-id>)")]
+RunArg = Annotated[Path, typer.Argument(parser=_path, help="a run directory (results/runs/<run-id>)")]
 
 
 @app.command()
@@ -444,7 +491,7 @@ def compare(run_a: RunArg, run_b: RunArg, as_json: JsonOut = False) -> None:
     if as_json:
         print(df.to_json(orient="records", indent=1))
     else:
-        console.print(comparison_table(df, f"{a.run_id} (A) vs {b.run_id} (B)").to_rich())
+        print_table(console, comparison_table(df, f"{a.run_id} (A) vs {b.run_id} (B)").to_rich())
 
 
 @app.command()
@@ -461,7 +508,7 @@ def plot(run: RunArg) -> None:
 # ---------------------------------------------------------------------------------------------- advise
 @app.command()
 def advise(
-    runs: Annotated[list[Path], typer.Argument(help="run directories with decode (drafts 0) and mtp-fixed rows")],
+    runs: Annotated[list[Path], typer.Argument(parser=_path, help="run directories with decode (drafts 0) and mtp-fixed rows")],
     preset: Annotated[str, typer.Option(help="the preset whose rows are judged (harness list presets)")],
     accept: Annotated[str | None, typer.Option(help="acceptance: geometric:p (default geometric:0.7)")] = None,
     accept_profile: Annotated[str | None, typer.Option(
@@ -472,7 +519,7 @@ def advise(
         help="comma list of batches to judge (default the measured ones; others are interpolated or not measured)")] = None,
     rest_us: Annotated[str | None, typer.Option(
         help="A,B: the rest of the model takes A + B * W us a round (W = 1 + drafts); default 0,0")] = None,
-    figures: Annotated[Path | None, typer.Option(help="write the choice map and the frontier (PNG) into this folder")] = None,
+    figures: Annotated[Path | None, typer.Option(parser=_path, help="write the choice map and the frontier (PNG) into this folder")] = None,
     allow_mixed: Annotated[bool, typer.Option(help="judge runs of different devices or presets together")] = False,
     markdown: Annotated[bool, typer.Option(help="print markdown")] = False,
     as_json: JsonOut = False,

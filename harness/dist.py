@@ -15,13 +15,19 @@ Two ways in:
 
 `--nproc` left out otherwise: the visible GPUs with `--device cuda`, 2 on a CPU. Every rank then runs
 the same cases through `harness.runner.run_scenario`; rank 0 alone measures the copy ceilings and
-writes the run directory, and this process renders it.
+writes the run directory, and this process renders it. Rank 0 prints the progress lines (its cases, PD
+pairs, phases); the run id is chosen here, so that on Ctrl-C this process can say where the partial run
+is: it gives the workers a few seconds to stop on their own SIGINT (rank 0 then writes FAILED.txt), sends
+SIGINT to those still running, and ends the rest.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+import signal
+import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +35,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from harness.progress import progress_reporter
 from harness.repro import Repro
 from harness.runner import RunOutcome, run_scenario
-from results.store import load_run
+from results.store import INTERRUPTED, PARTIAL_SUFFIX, load_run, new_run_id
 from scenarios import get_scenario
 
 TIMEOUT = datetime.timedelta(minutes=10)  # a collective that waits longer than this fails the run
@@ -81,20 +88,57 @@ def run_dist(
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
     method = "spawn" if device.startswith("cuda") else "fork"
     queue = mp.get_context(method).SimpleQueue()
-    mp.start_processes(_worker, args=(world, store.port, comm_backend(options), name, options, argv, str(out_root),
-                                      queue, repro), nprocs=world, start_method=method, join=True)
+    run_id = new_run_id(name)
+    workers = mp.start_processes(_worker, args=(world, store.port, comm_backend(options), name, options, argv,
+                                                str(out_root), queue, repro, run_id),
+                                 nprocs=world, start_method=method, join=False)
+    try:
+        while not workers.join():
+            pass
+    except KeyboardInterrupt as exc:
+        _stop(workers.processes)
+        _mark_interrupted(exc, Path(out_root) / (run_id + PARTIAL_SUFFIX))
+        raise
     path = Path(queue.get())
     run = load_run(path)
     return RunOutcome(path, run.throughput.to_dict(orient="records"), run.equivalence_report())
 
 
+def _stop(processes: list[Any]) -> None:
+    """End the workers after Ctrl-C: first the SIGINT they got with this process (a terminal's Ctrl-C
+    reaches the whole process group; writing FAILED.txt takes milliseconds), then one of our own (a second
+    one earlier could cut that short), then SIGKILL."""
+    for send, grace_s in ((None, 2.0), (signal.SIGINT, 5.0), (signal.SIGKILL, 5.0)):
+        alive = [p for p in processes if p.is_alive()]
+        if not alive:
+            return
+        if send is not None:
+            for proc in alive:
+                os.kill(proc.pid, send)
+        deadline = time.monotonic() + grace_s
+        for proc in alive:
+            proc.join(max(0.0, deadline - time.monotonic()))
+
+
+def _mark_interrupted(exc: KeyboardInterrupt, partial: Path) -> None:
+    """Where rank 0 was (FAILED.txt's first line) and the partial run it left, as the runner marks them."""
+    failed = partial / "FAILED.txt"
+    first = failed.read_text(errors="replace").partition("\n")[0] if failed.is_file() else ""
+    where = first[len(INTERRUPTED):].strip() if first.startswith(INTERRUPTED) else ""
+    exc.harness_where = f"{where}, on rank 0" if where else "the process group (rank 0 did not say where)"
+    exc.harness_run_dir = (partial, False) if partial.is_dir() else None
+
+
 def _worker(rank: int, world: int, port: int, backend: str, name: str, options: dict[str, Any], argv: list[str],
-            out_root: str, queue: Any, repro: Repro | None) -> None:
+            out_root: str, queue: Any, repro: Repro | None, run_id: str) -> None:
     device = str(options.get("device") or "cpu")
     store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=TIMEOUT)
     _join(backend, rank, world, rank, device, store)
     try:
-        outcome = run_scenario(name, options, argv=argv, out_root=out_root, repro=repro)
+        # rank 0 writes the run and says how far it is; the others run the same cases in step with it
+        with progress_reporter() if rank == 0 else nullcontext(None) as progress:
+            outcome = run_scenario(name, options, argv=argv, out_root=out_root, repro=repro, run_id=run_id,
+                                   progress=progress)
     finally:
         dist.destroy_process_group()
     if outcome is not None:

@@ -182,6 +182,7 @@ class GateOutcome:
     passed: bool
     path: Path
     lines: list[str]
+    junit_error: str | None = None  # why --junit could not be written (the verdict holds all the same)
 
 
 def run_gate(
@@ -255,10 +256,14 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     verdict = GateVerdict(report, checks, backends=where)
     (writer.path / "gate.md").write_text(verdict.markdown())
     update_manifest(writer.path, {"gate_passed": verdict.passed, "gate_summary": verdict.summary()})
+    junit_error = None
     if junit is not None:
-        write_junit(verdict, junit)
+        try:
+            write_junit(verdict, junit)
+        except OSError as e:  # checked before the cases ran; a full disk is found out only now
+            junit_error = str(e)
     draw_figures(writer.path, clock, fonts, drift_only=True)
-    return GateOutcome(verdict.passed, writer.path, verdict.lines())
+    return GateOutcome(verdict.passed, writer.path, verdict.lines(), junit_error)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -78,6 +79,8 @@ def make_context(
     `clock`, comparisons count as phase `compare`, timing as `timing` (scenarios add their own). `repro`
     builds the rows' repro lines (the CLI hands it over); without one the column stays empty."""
     report = equivalence.EquivalenceReport()
+    if clock is not None and progress is not None:
+        clock.listen(progress)  # the heartbeat names the phase and case; only once planning has passed
     clock = clock or PhaseClock(device)
     level = autotune.Level(autotune_level)
     if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
@@ -138,11 +141,18 @@ def make_context(
         # a case's options name its scenario (the gate runs several through one context)
         repro=(lambda opts: repro(opts.get("scenario") or scenario, opts)) if repro is not None else (lambda opts: ""),
         kernel_config=kernel_config,
-        bench_group=(lambda *phases: bench_group(*phases, device=device, warmup=warmup, rep=rep))
-        if dist.is_initialized() else None,
+        bench_group=_timed_group(clock, device, warmup, rep) if dist.is_initialized() else None,
         record_ceiling=record_ceiling,
     )
     return ctx, report
+
+
+def _timed_group(clock: PhaseClock, device: str, warmup: int, rep: int) -> Callable[..., Any]:
+    def timed(*phases: Callable[[], Any]) -> Any:
+        with clock.phase("timing"):
+            return bench_group(*phases, device=device, warmup=warmup, rep=rep)
+
+    return timed
 
 
 def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) -> list[Any]:
@@ -151,17 +161,20 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
     check_output_dir(out_root, "--out")
     if options.get("dump") is not None:
         check_output_dir(options["dump"], "--dump")
+        dump = Path(options["dump"])
+        if dump.is_dir() and any(dump.iterdir()):  # a dump's rounds are files per round: two runs would mix
+            raise ValueError(f"--dump {dump} is not empty (another dump's rounds would mix with this run's); "
+                             "give a new or empty folder")
     cases = scenario.plan(options)
     if options.get("rep") is not None:
         parse_int(options["rep"], "--rep", lo=2)  # the noise column needs two samples
     if options.get("warmup") is not None:
         parse_int(options["warmup"], "--warmup", lo=0)
-    try:
-        level = autotune.Level(given(options.get("autotune"), "cache-only"))
-    except ValueError as e:
-        raise ValueError(f"--autotune: {e}") from None
-    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):
-        raise ValueError("--autotune takes cache-only or off in a run; tune with `harness autotune`")
+    value = given(options.get("autotune"), "cache-only")
+    level = next((lv for lv in autotune.Level if lv.value == value), None)
+    if level not in (autotune.Level.CACHE_ONLY, autotune.Level.OFF):  # say only what a run takes
+        tune = " (tuning is `harness autotune --level tune-missing | force`)" if level is not None else ""
+        raise ValueError(f"--autotune takes cache-only or off in a run, got {value!r}{tune}")
     if options.get("autotune_cache") is not None:
         check_cache(options["autotune_cache"])
     device = given(options.get("device"), "cpu")
@@ -192,19 +205,23 @@ def run_scenario(
     out_root: Path | str = DEFAULT_OUT,
     progress: Callable[[str, int], Callable[[], None]] | None = None,
     repro: Repro | None = None,
+    run_id: str | None = None,
 ) -> RunOutcome | None:
     """Plan, then run every case of scenario `name`; ValueError (nothing written) on bad options.
     None on the ranks other than 0 of a distributed run (rank 0 writes and returns the run). `repro`
-    (from the CLI) fills the rows' repro column."""
+    (from the CLI) fills the rows' repro column; `run_id` names the run directory (default: a new id).
+
+    Ctrl-C (KeyboardInterrupt) leaves with where it struck (`harness.phases.interrupted_at`) and, as
+    `harness_run_dir`, what it left: `(path, finished)`, or None when nothing was written yet."""
     device = options.get("device") or "cpu"
     clock = PhaseClock(device)
     with clock.phase("setup"):
-        return _run_scenario(name, options, argv, out_root, progress, clock, repro)
+        return _run_scenario(name, options, argv, out_root, progress, clock, repro, run_id)
 
 
 def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root: Path | str,
                   progress: Callable[[str, int], Callable[[], None]] | None, clock: PhaseClock,
-                  repro: Repro | None) -> RunOutcome | None:
+                  repro: Repro | None, run_id: str | None) -> RunOutcome | None:
     scenario = get_scenario(name)
     cases = plan_run(scenario, options, out_root)
     device = options.get("device") or "cpu"
@@ -213,39 +230,50 @@ def _run_scenario(name: str, options: dict[str, Any], argv: list[str], out_root:
     # In a run spread over a torch.distributed group every process runs the cases; rank 0 alone measures
     # the copy ceilings and writes the run directory (harness/dist.py).
     lead = not dist.is_initialized() or dist.get_rank() == 0
+    if lead:  # what the plan leaves out without being asked to (pd-roundtrip's TP pairs): one line each
+        for note in getattr(scenario, "notes", lambda options, cases: [])(options, cases):
+            print(f"{name}: {note}", file=sys.stderr, flush=True)
     writer, ceilings, fonts = None, {}, None
-    if lead:
-        fonts = fontcache.prewarm()  # planned and valid: the figures will be drawn
-        ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
-        manifest = env.manifest(argv, seed, device, ceilings)
-        if dist.is_initialized():
-            manifest["dist"] = {"backend": dist.get_backend(), "world_size": dist.get_world_size()}
-        writer = RunWriter(out_root, manifest=manifest, tag=name)
-    with writer or nullcontext():
-        ctx, report = make_context(
-            device, seed, ceilings, writer, scenario=name, progress=progress, dump_dir=options.get("dump"),
-            check_requests=given(options.get("check_requests"), CHECK_REQUESTS),
-            autotune_level=options.get("autotune") or "cache-only",
-            autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
-            warmup=5 if options.get("warmup") is None else int(options["warmup"]),
-            rep=30 if options.get("rep") is None else int(options["rep"]),
-            clock=clock,
-            repro=repro,
-        )
-        rows = []
-        for case in cases:
-            result = run_case(scenario, case, ctx, clock)
+    try:
+        if lead:
+            fonts = fontcache.prewarm()  # planned and valid: the figures will be drawn
+            ceilings = env.measure_ceilings(device, cpu_bytes=64 << 20) if device == "cpu" else env.measure_ceilings(device)
+            manifest = env.manifest(argv, seed, device, ceilings)
+            if dist.is_initialized():
+                manifest["dist"] = {"backend": dist.get_backend(), "world_size": dist.get_world_size()}
+            writer = RunWriter(out_root, run_id, manifest=manifest, tag=name)
+        with writer or nullcontext():
+            ctx, report = make_context(
+                device, seed, ceilings, writer, scenario=name, progress=progress, dump_dir=options.get("dump"),
+                check_requests=given(options.get("check_requests"), CHECK_REQUESTS),
+                autotune_level=options.get("autotune") or "cache-only",
+                autotune_cache=options.get("autotune_cache") or DEFAULT_CACHE,
+                warmup=5 if options.get("warmup") is None else int(options["warmup"]),
+                rep=30 if options.get("rep") is None else int(options["rep"]),
+                clock=clock,
+                repro=repro,
+            )
+            # the cases as the outer count of the progress lines (each PD pair is a case); one case needs none
+            tick = ctx.progress(f"{name} cases", len(cases)) if len(cases) > 1 else (lambda: None)
+            rows = []
+            for case in cases:
+                result = run_case(scenario, case, ctx, clock)
+                if writer is not None:
+                    writer.add_rows(result.rows)
+                    for rec in result.ooms:
+                        writer.add_oom(rec)
+                rows += result.rows
+                tick()
             if writer is not None:
-                writer.add_rows(result.rows)
-                for rec in result.ooms:
-                    writer.add_oom(rec)
-            rows += result.rows
-        if writer is not None:
-            with clock.phase("write"):
-                writer.finish()  # validates and writes the tables (the `with` would, uncounted)
-    if writer is None:
-        return None
-    draw_figures(writer.path, clock, fonts)
+                with clock.phase("write"):
+                    writer.finish()  # validates and writes the tables (the `with` would, uncounted)
+        if writer is None:
+            return None
+        draw_figures(writer.path, clock, fonts)
+    except KeyboardInterrupt as exc:
+        if not hasattr(exc, "harness_run_dir"):  # the writer marks a partial run itself
+            exc.harness_run_dir = None if writer is None else (writer.path, writer.path == writer.final_dir)
+        raise
     return RunOutcome(writer.path, rows, report)
 
 

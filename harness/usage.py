@@ -42,5 +42,18 @@ def _one_line(fn: Any) -> Any:
         return fn()
     except _click.exceptions.NoArgsIsHelpError:
         raise  # a bare command: its help, as asked
+    except _click.exceptions.NoSuchOption as e:
+        e.possibilities = close_options(e.option_name, e.possibilities or [])
+        raise _OneLine(e) from None
     except _click.exceptions.UsageError as e:
         raise _OneLine(e) from None
+
+
+def close_options(given: str, options: list[str]) -> list[str]:
+    """The options worth suggesting for a mistyped `given`. Click compares whole option strings, so the
+    shared `--` alone made `--foo` look like `--out`; compared without it, only real near misses stay
+    (`--round` -> `--rounds`)."""
+    import difflib
+
+    bare = {o.lstrip("-"): o for o in options}
+    return [bare[m] for m in difflib.get_close_matches(given.lstrip("-"), list(bare), n=3, cutoff=0.6)]

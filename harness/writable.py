@@ -27,9 +27,21 @@ def check_output_file(path: str | Path, flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{flag} {path} is a folder, not a file")
+    if p.exists() and not p.is_file():  # /dev/full takes the probe and fails the write, after all the work
+        raise ValueError(f"{flag} {path} is not a regular file (a device, pipe or socket); give a file path")
     if p.exists() and not os.access(p, os.W_OK):
         raise ValueError(f"{flag} {path} cannot be overwritten")
     _probe(_nearest_existing(p.parent), path, flag)
+
+
+def check_output_file_in(path: str | Path, flag: str, made: str | Path | None = None) -> None:
+    """`check_output_file`, and the file's folder must exist already, or be `made` (a folder the command
+    creates itself, such as the gate's --out root): a report written into a folder nobody made is a typo
+    as often as not, and would otherwise be found out only when the command ends."""
+    check_output_file(path, flag)
+    folder = Path(path).absolute().parent
+    if not folder.is_dir() and (made is None or folder != Path(made).absolute()):
+        raise ValueError(f"{flag} {path}: folder {folder} does not exist; make it first")
 
 
 def _nearest_existing(p: Path) -> Path:

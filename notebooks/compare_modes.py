@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 import results
 from results import latest_run, load_run
+from results.drift import series_rounds, series_style
 from results.headline import LABELS, formatted, modes_side_by_side
 from results.plots import make_figure
 from results.tables import header_lines
@@ -123,8 +124,9 @@ if drift:
     fig = Figure(figsize=(7.5, 4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(title="replay drift", xlabel="round", ylabel="RMS error ratio")
-    for c in drift:
-        ax.plot(c.rms_series, marker=".", label=f"{c.name}: {c.lhs} vs {c.rhs}, shape {list(c.shape)}")
+    for c in drift:  # x: the rounds compared (states only on snapshot rounds), colour: the variant's in every figure
+        ax.plot(series_rounds(c), c.rms_series, label=f"{c.name}: {c.lhs} vs {c.rhs}, shape {list(c.shape)}",
+                linestyle="-" if c.name == "o" else "--", **series_style(c).kwargs())
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     show(fig)

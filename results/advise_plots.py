@@ -21,9 +21,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from results.advise import Advice, Candidate, _order, choice_map
+from results.styles import MODE_COLOURS
 
 CHOICE_PS = tuple(round(p, 2) for p in np.arange(0.05, 0.951, 0.05))
-_MODE_COLOURS = {"native": "C0", "compact": "C1", "replay": "C2"}  # as in results/plots.py
+_MODE_COLOURS = MODE_COLOURS  # a mode's default variant's colour in the run figures (results/styles.py)
 _MARKERS = {"": "o", "accept": "o", "deferred": "s", "inline": "o", "precompute": "^"}
 _NONE = (0.85, 0.85, 0.85)
 _PLAIN = FuncFormatter(lambda x, _: f"{x:g}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from results.advise import Advice, BatchAdvice, Scored
-from results.tables import TableData, _fmt_bytes, _fmt_si, _fmt_us
+from results.tables import TableData, _fmt_bytes, _fmt_si, _fmt_us, print_table
 
 
 def header_lines(advice: Advice) -> list[str]:
@@ -104,12 +104,12 @@ def render_rich(advice: Advice, console: Console) -> None:
 
     for line in header_lines(advice):
         say(line)
-    console.print(verdict_table(advice).to_rich())
+    print_table(console, verdict_table(advice).to_rich())
     for b in advice.batches:
-        console.print(batch_table(advice, b).to_rich())
+        print_table(console, batch_table(advice, b).to_rich())
         for line in excluded_lines(b):
             say(line, "dim")
-    console.print(concurrency_table(advice).to_rich())
+    print_table(console, concurrency_table(advice).to_rich())
     say(mode_line(advice))
     for note in advice.notes:
         say(f"note: {note}", "yellow")

@@ -6,7 +6,10 @@ and every shape axis). Run A is the baseline; the verdict says what B is:
 * `faster` / `slower`: the p20-p80 intervals are separated (B's p80 below A's p20, or B's p20
   above A's p80);
 * `same`: the intervals overlap and the medians differ by no more than the larger noise of the two;
-* `ambiguous`: the intervals overlap but the medians differ by more than the noise;
+* `ambiguous`: the intervals overlap but the medians differ by more than the noise; or a side was timed
+  with the CPU wall clock (`cpu-wall`) and the intervals are separated: a CPU run's p20-p80 spread says how
+  steady it was within itself, not how far the next run on a shared machine lands (two back-to-back runs
+  of the same code came out "0.48x slower"), so only `same` is a verdict there;
 * `untimed`: a side has no timing (not passed, or passed without timing); the statuses say why;
 * `only-a` / `only-b`: the case ran in one run only.
 
@@ -26,6 +29,7 @@ from results.store import Run
 from results.tables import TableData
 
 VERDICTS = ("same", "faster", "slower", "ambiguous", "untimed", "only-a", "only-b")
+CPU_WALL = "cpu-wall"  # harness.timing's CPU timer: no run-to-run verdict beyond `same` (module docstring)
 _SIDE = ["status", "reason", "timer", "median_us", "p20_us", "p80_us", "noise_pct"]
 
 
@@ -86,10 +90,9 @@ def _verdict(r: dict) -> str:
         return "only-b"
     if any(pd.isna(r[f"{c}_{s}"]) for c in ("median_us", "p20_us", "p80_us") for s in ("a", "b")):
         return "untimed"
-    if r["p80_us_b"] < r["p20_us_a"]:
-        return "faster"
-    if r["p20_us_b"] > r["p80_us_a"]:
-        return "slower"
+    separated = "faster" if r["p80_us_b"] < r["p20_us_a"] else "slower" if r["p20_us_b"] > r["p80_us_a"] else None
+    if separated is not None:
+        return "ambiguous" if CPU_WALL in (r["timer_a"], r["timer_b"]) else separated
     noise = max(_zero_if_na(r["noise_pct_a"]), _zero_if_na(r["noise_pct_b"]))
     change_pct = abs(r["median_us_b"] - r["median_us_a"]) / r["median_us_a"] * 100
     return "same" if change_pct <= noise else "ambiguous"

@@ -20,12 +20,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.equivalence import Comparison
+from results import styles
 
 MIN_ROUNDS = 32
 REFERENCE = "fp64-reference"
 _STATE_DTYPE = re.compile(r", (fp32|bf16) state")  # scenarios.ssm_engine.SSMCase.label writes it so
-_MODE_COLOURS = {"native": "C0", "compact": "C1", "replay": "C2"}
 _DTYPE_STYLES = {"bf16": "-", "fp32": ":"}
+MARKS = 12  # markers per line: a 1024-round line with a marker per round is a smear
 
 
 def drift_figures(comparisons: list[Comparison], out: Path) -> dict[str, Path | str]:
@@ -55,10 +56,10 @@ def figure(title: str, items: list[tuple[str, Comparison]]) -> Figure:
     bounds: dict[str, dict[float, set[str]]] = {"o": {}, "ssm": {}}  # bound -> the lines it applies to
     for dtype, c in sorted(items, key=lambda it: (it[1].lhs, it[0])):
         mode = c.lhs.split("/")[0].split("-")[0]
-        x = c.series_rounds or list(range(len(c.rms_series)))
+        x = series_rounds(c)
         y = [max(v, 1e-12) for v in c.rms_series]  # an exact round (0) still shows on the log axis
-        panels[c.name].plot(x, y, color=_MODE_COLOURS.get(mode, "C3"), linestyle=_DTYPE_STYLES.get(dtype, "-"),
-                            label=f"{c.lhs} {dtype} state" if dtype else c.lhs)
+        panels[c.name].plot(x, y, linestyle=_DTYPE_STYLES.get(dtype, "-"), markevery=max(1, len(x) // MARKS),
+                            label=f"{c.lhs} {dtype} state" if dtype else c.lhs, **series_style(c).kwargs())
         if c.tolerance is not None:
             bounds[c.name].setdefault(c.tolerance, set()).add(f"{mode} {dtype}".strip())
     for name, ax in panels.items():
@@ -73,6 +74,18 @@ def figure(title: str, items: list[tuple[str, Comparison]]) -> Figure:
         if ax.lines:
             ax.legend(fontsize=7)
     return fig
+
+
+def series_rounds(c: Comparison) -> list[int]:
+    """The round of each point of `c.rms_series`: states are compared on snapshot rounds only (7, 15, 23,
+    31 with --snapshot-every 8), so the point's index is not its round."""
+    return list(c.series_rounds) if c.series_rounds else list(range(len(c.rms_series)))
+
+
+def series_style(c: Comparison) -> styles.Style:
+    """The colour and marker of the comparison's variant (`compact-deferred/torch`), as in the run's figures."""
+    variant, _, backend = c.lhs.partition("/")
+    return styles.style(styles.key(variant, None, backend))
 
 
 def _split(label: str) -> tuple[str, str]:

@@ -14,8 +14,9 @@ Atomicity: the writer builds everything in `<root>/<run-id>.partial/` and rename
 `<root>/<run-id>/` only in `finish()`. Until then rows and comparisons are also appended to
 `rows.jsonl` / `equivalence.jsonl` there, so a crash loses nothing. A run that fails (an exception
 inside `with RunWriter(...)`, or rows that break the schema at `finish`) keeps its `.partial`
-directory, with `FAILED.txt` saying why, for forensics; `load_run` refuses `.partial` directories
-and `latest_run` skips them, so nothing incomplete is ever read as a run.
+directory, with `FAILED.txt` saying why, for forensics (a traceback; for Ctrl-C, in words: where the
+run was and what it holds so far); `load_run` refuses `.partial` directories, saying what is known of
+one (`describe_partial`), and `latest_run` skips them, so nothing incomplete is ever read as a run.
 
 Run ids sort by time: `20261202T153045Z-<tag>-<6 hex>` (UTC, then a short scenario tag, then a
 random suffix so two runs started in the same second do not collide).
@@ -38,6 +39,7 @@ from harness.equivalence import Comparison, EquivalenceReport
 from results.schema import COLUMN_NAMES, COLUMNS_BY_NAME, SchemaError, pandas_dtypes, round_bytes, validate_rows
 
 PARTIAL_SUFFIX = ".partial"
+INTERRUPTED = "interrupted at"  # FAILED.txt's first line after Ctrl-C: `interrupted at <phase> of <case>`
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -154,16 +156,28 @@ class RunWriter:
         return self.final_dir
 
     def abort(self, error: BaseException | str) -> Path:
-        """Mark the run failed: it stays `.partial` with `FAILED.txt`; returns that directory."""
+        """Mark the run failed: it stays `.partial` with `FAILED.txt`; returns that directory. Ctrl-C
+        (KeyboardInterrupt) is no bug: FAILED.txt says in words where it struck and what is kept."""
         if self._state == "failed":
             return self.partial_dir
-        if isinstance(error, BaseException):
+        if isinstance(error, KeyboardInterrupt):
+            text = self._interrupted_text(error)
+        elif isinstance(error, BaseException):
             text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         else:
             text = error + "\n"
         (self.partial_dir / "FAILED.txt").write_text(text)
         self._state = "failed"
         return self.partial_dir
+
+    def _interrupted_text(self, error: KeyboardInterrupt) -> str:
+        from harness.phases import interrupted_at
+
+        when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        return (f"{INTERRUPTED} {interrupted_at(error) or 'an unknown phase'}\n\n"
+                f"The run was interrupted (Ctrl-C, SIGINT) at {when} and did not finish. Kept so far: "
+                f"{_known(self.partial_dir)}. No throughput.csv or equivalence.json was written; "
+                "`harness report` on this folder says the same.\n")
 
     def __enter__(self) -> RunWriter:
         return self
@@ -172,6 +186,8 @@ class RunWriter:
         if exc is not None:
             if self._state == "open":
                 self.abort(exc)
+            if self._state == "failed" and isinstance(exc, KeyboardInterrupt):
+                exc.harness_run_dir = (self.partial_dir, False)  # the CLI's line says where it is
         elif self._state == "open":
             self.finish()
 
@@ -225,7 +241,7 @@ def load_run(path: str | Path) -> Run:
     """
     path = Path(path)
     if path.name.endswith(PARTIAL_SUFFIX):
-        raise ValueError(f"{path} is an unfinished or failed run (see FAILED.txt there), not a run to read")
+        raise ValueError(describe_partial(path))
     for required in ("manifest.json", "throughput.csv"):
         if not (path / required).is_file():
             raise FileNotFoundError(f"{path} is not a run directory: {required} is missing")
@@ -245,6 +261,47 @@ def load_run(path: str | Path) -> Run:
         autotune=_read_jsonl(path / "autotune.jsonl"),
         oom=_read_jsonl(path / "oom.jsonl"),
     )
+
+
+def describe_partial(path: Path) -> str:
+    """One line on a `.partial` run directory: why it is not a run, and what it holds so far."""
+    failed = path / "FAILED.txt"
+    if failed.is_file():
+        lines = [line for line in failed.read_text(errors="replace").splitlines() if line.strip()]
+        why = lines[0].strip() if lines and lines[0].startswith(INTERRUPTED) else (
+            lines[-1].strip() if lines else "FAILED.txt is empty")  # a traceback's last line is the error
+        state = f"a failed run (FAILED.txt: {why})"
+    elif path.is_dir():
+        changed = max((f.stat().st_mtime for f in path.iterdir()), default=path.stat().st_mtime)
+        when = datetime.datetime.fromtimestamp(changed, datetime.timezone.utc).isoformat(timespec="seconds")
+        state = (f"an unfinished run without FAILED.txt (killed, e.g. kill -9 or out of memory, or still running; "
+                 f"last written {when})")
+    else:
+        return f"{path} does not exist"
+    return f"{path} is {state}; it holds {_known(path)}; not a finished run to read"
+
+
+def _known(path: Path) -> str:
+    """What a `.partial` directory holds so far, in words: its rows and comparisons (failed ones counted)."""
+    def records(name: str) -> list[dict]:
+        try:
+            text = (path / name).read_text(errors="replace")
+        except OSError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:  # a line cut short by the kill
+                pass
+        return out
+
+    rows, comparisons = records("rows.jsonl"), records("equivalence.jsonl")
+    failed = sum(not c.get("passed", True) for c in comparisons)
+    last = next((c["case"] for c in reversed(comparisons) if c.get("case")), None)
+    where = f", the last of case {last}" if last else ""
+    return (f"{len(rows)} rows in rows.jsonl and {len(comparisons)} comparisons in equivalence.jsonl "
+            f"({failed} failed{where})")
 
 
 def latest_run(root: str | Path) -> Run:

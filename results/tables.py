@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from results.schema import OUR_BACKENDS, Status, is_blank
@@ -256,12 +257,39 @@ def render_markdown(run: Run) -> str:
     return "\n".join(parts) + "\n"
 
 
+def print_table(console: Console, table: Table) -> None:
+    """Print `table` whole. On a terminal rich fits it to the window; into a file or a pipe the console is
+    160 columns wide, and a table that needs more had its headers cut with an ellipsis mid-word. There it
+    is printed at the narrowest width (from 160 up) at which rich cuts no word: a wide line in a log beats
+    a lost header. Rich's own minimum width does not do: it shares a shortfall evenly over the columns."""
+    width = console.width
+    if not console.is_terminal:
+        most = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+        while width < most and any(ELLIPSIS in line for line in _lines_at(console, table, width)):
+            width = min(most, width + 4)
+    if width == console.width:
+        console.print(table)
+        return
+    narrow, console.width = console.width, width  # print(width=) can only narrow
+    try:
+        console.print(table)
+    finally:
+        console.width = narrow
+
+
+ELLIPSIS = "\u2026"  # what rich puts where it cut a word
+
+
+def _lines_at(console: Console, table: Table, width: int) -> list[str]:
+    return ["".join(seg.text for seg in line) for line in console.render_lines(table, console.options.update_width(width))]
+
+
 def render_rich(run: Run, console: Console | None = None) -> None:
     console = console or Console()
     for line in header_lines(run):
         console.print(line, markup=False, highlight=False)
     for table in throughput_tables(run.throughput):
-        console.print(table.to_rich())
+        print_table(console, table.to_rich())
     for line in log_lines(run.throughput):
         console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)  # one line in a log
 

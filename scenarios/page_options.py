@@ -161,6 +161,19 @@ def tp_degrees(preset: str) -> list[int]:
     return [t for t in TP_DEGREES if _allows(preset, t)]
 
 
+def skipped_degrees(preset: str) -> str | None:
+    """What the default sweep of TP pairs leaves out for `preset` and why, in words (None: nothing), e.g.
+    `TP 4, 8 left out: TP 4 does not divide its 2 SSM key / 4 value heads (...)`."""
+    left_out = [t for t in TP_DEGREES if not _allows(preset, t)]
+    if not left_out:
+        return None
+    try:
+        check_tp(preset, left_out[0], "")
+    except ValueError as e:
+        why = str(e).split(f"preset {preset}: ", 1)[-1]
+    return f"pairs with TP {', '.join(map(str, left_out))} left out: {why}"
+
+
 def parse_tp_pairs(value: Any, preset: str) -> list[tuple[int, int]]:
     """`p:d` pairs; default every pair of `TP_DEGREES` the preset's heads allow."""
     if value is None:

@@ -69,6 +69,23 @@ class PdRoundtrip:
         pd_dist.check_transport(options, cases)
         return cases
 
+    def notes(self, options: dict[str, Any], cases: list[po.PageCase]) -> list[str]:
+        """One line per preset whose heads the default sweep of TP pairs cannot take at every degree, and
+        for --transport dist the pairs that need more processes than it has (they are unsupported rows)."""
+        notes = []
+        if options.get("tp_pairs") is None:
+            for preset in dict.fromkeys(c.preset for c in cases):
+                skipped = po.skipped_degrees(preset)
+                if skipped:
+                    notes.append(f"{preset}: {skipped}")
+        if (options.get("transport") or "local") == "dist" and options.get("nproc") is not None:
+            n = int(options["nproc"])
+            big = sorted({(c.tp_prefill, c.tp_decode) for c in cases if max(c.tp_prefill, c.tp_decode) > n})
+            if big:
+                notes.append(f"pairs {', '.join(f'{p}:{d}' for p, d in big)} need more than --nproc {n} processes: "
+                             "their rows are unsupported")
+        return notes
+
     def memory(self, case: po.PageCase, device: str) -> CaseMemory:
         return po.page_case_memory(case, device)
 

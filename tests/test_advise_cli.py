@@ -38,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 BAD = [
     ("{missing} --preset tiny-gdn", "no such run directory"),
-    ("{partial} --preset tiny-gdn", "unfinished or failed run"),
+    ("{partial} --preset tiny-gdn", "is an unfinished run without FAILED.txt"),
     ("{notarun} --preset tiny-gdn", "manifest.json is missing"),
     ("{good} {good} --preset tiny-gdn", "given twice"),
     ("{good} {kda} --preset tiny-gdn", "--allow-mixed"),

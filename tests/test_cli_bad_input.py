@@ -151,6 +151,15 @@ BAD = [
     ("run pd-roundtrip --tp-pairs 1:16", "--tp-pairs"),  # 8 KV heads replicate, 2 SSM key heads cannot split
     ("run pd-roundtrip --preset tiny-kda --tp-pairs 4:1", "--tp-pairs"),
     ("run cpu-page-restore --tp 4", "--tp"),  # tiny-gdn's SSM layers have 2 key heads
+    # issue 24: output paths that took hours to fail, or wrote where nobody meant
+    ("gate --junit /dev/full", "--junit"),  # took the probe, then ENOSPC after every case had run
+    ("gate --junit {dir}/no-such-folder/gate.xml", "--junit"),
+    ("gate --junit ''", "--junit"),
+    ("run decode --out ''", "--out"),  # Path('') is the current folder
+    ("run decode --dump ''", "--dump"),
+    ("run decode --dump {dump}", "--dump"),  # holds a dump: two runs' rounds would mix
+    ("run decode --foo", "--foo"),
+    ("run decode --autotune maybe", "--autotune"),
 ]
 
 
@@ -161,8 +170,10 @@ def paths(tmp_path_factory: pytest.TempPathFactory, make_trace) -> dict[str, Pat
     (root / "file.txt").write_text("not a folder")
     (root / "garbage.bin").write_bytes(b"\x00not json, not a trace")
     trace = make_trace(root / "good.trace")  # tiny-gdn, batch 2, drafts 2, 4 rounds, widths vary
+    (root / "dump").mkdir()
+    (root / "dump" / "round-00000.pt").write_bytes(b"a round of an earlier dump")
     out = {"file": root / "file.txt", "dir": root, "missing": root / "missing.trace", "trace": trace,
-           "garbage": root / "garbage.bin"}
+           "garbage": root / "garbage.bin", "dump": root / "dump"}
 
     def broken(name: str, edit) -> None:
         data = torch.load(trace, weights_only=True)
@@ -232,3 +243,50 @@ def test_the_batch_of_a_trace_is_named_as_the_traces(paths: dict[str, Path], tmp
                                  "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert result.output.strip().endswith("(the trace's batch)"), result.output
+
+
+def test_out_empty_writes_nothing_into_the_current_folder(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "decode", "--out", ""])
+    assert result.exit_code == 2 and list(tmp_path.iterdir()) == []
+    assert result.output.startswith("error: Invalid value for '--out': an empty path")
+
+
+def test_usage_errors_suggest_only_what_the_command_takes() -> None:
+    """`--foo` was answered "Possible options: --out" (the shared `--` made them look alike) and `--autotune
+    maybe` suggested levels that `harness run` then refuses."""
+    foo = runner.invoke(app, ["run", "decode", "--foo"]).output
+    assert foo.startswith("error: No such option: --foo (see ") and "Possible" not in foo
+    near = runner.invoke(app, ["run", "decode", "--round", "3"]).output
+    assert "(Possible options: --rounds)" in near
+    maybe = runner.invoke(app, ["run", "decode", "--autotune", "maybe"]).output
+    assert maybe.strip() == "error: --autotune takes cache-only or off in a run, got 'maybe'"
+    force = runner.invoke(app, ["run", "decode", "--autotune", "force"]).output
+    assert "takes cache-only or off in a run, got 'force' (tuning is `harness autotune" in force
+
+
+def test_a_junit_write_that_fails_at_the_end_is_one_line_after_the_verdict(tmp_path: Path, monkeypatch) -> None:
+    """The disk can still fill while the gate runs: the verdict is printed, then one line, exit 1."""
+    import harness.gate as gate
+
+    monkeypatch.setattr(gate, "tiny_cases", lambda: [("mtp-fixed", {"preset": "tiny-gdn", "batch": "2", "drafts": 1,
+                                                                     "rounds": 3, "history_len": 4})])
+
+    def full(verdict, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gate, "write_junit", full)
+    junit = tmp_path / "gate.xml"
+    result = runner.invoke(app, ["gate", "--backend", "torch", "--junit", str(junit), "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.startswith("PASS: ") and "Traceback" not in result.output
+    assert result.stderr.splitlines()[-1] == f"error: --junit {junit} not written: [Errno 28] No space left on device"
+
+
+def test_junit_may_go_into_the_out_folder_the_gate_makes(tmp_path: Path) -> None:
+    from harness.writable import check_output_file_in
+
+    out = tmp_path / "runs"
+    check_output_file_in(out / "gate.xml", "--junit", made=out)  # .ci/run on a clean checkout
+    with pytest.raises(ValueError, match="does not exist; make it first"):
+        check_output_file_in(out / "sub" / "gate.xml", "--junit", made=out)

@@ -92,3 +92,26 @@ def test_committed_notebook_matches_its_source() -> None:
     )
     code = [c for c in committed.cells if c.cell_type == "code"]
     assert code and all(c.outputs == [] and c.execution_count is None for c in code), "commit it with outputs stripped"
+
+
+def test_the_readme_says_what_a_run_prints_and_what_jupyter_does() -> None:
+    """notebooks/README.md said the run directory was relative (tests/test_output.py checks the line is
+    absolute) and that executing the notebook prints nothing else (the slow test below runs it)."""
+    readme = (NOTEBOOKS / "README.md").read_text()
+    assert "ends with `run directory: <path>`, an absolute" in readme and "prints nothing else" not in readme
+    assert "[NbClientApp] Executing" in readme
+
+
+@pytest.mark.slow  # a Jupyter kernel process; the README's own command line
+def test_jupyter_execute_as_the_readme_gives_it(small_run: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    write_kernel_spec(tmp_path / "jupyter" / "kernels" / "python3")
+    env = {**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter"), "HARNESS_RUN": str(small_run)}
+    jupyter = Path(sys.executable).parent / "jupyter"
+    proc = subprocess.run([str(jupyter), "execute", "notebooks/compare_modes.ipynb"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""  # the cells' outputs are not printed
+    assert "[NbClientApp] Executing notebooks/compare_modes.ipynb" in proc.stderr  # jupyter's own lines are

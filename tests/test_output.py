@@ -15,7 +15,7 @@ from harness.progress import progress_reporter
 from results.plots import make_figure
 from results.schema import validate_rows
 from results.store import RunWriter
-from results.tables import SPEEDUP, log_lines, throughput_tables
+from results.tables import SPEEDUP, log_lines, print_table, throughput_tables
 
 runner = CliRunner()
 
@@ -84,6 +84,68 @@ def test_plain_progress_beats_while_one_step_runs_long():
     assert lines[-1].startswith("autotune ssm: done, 1/1 in ")
 
 
+def test_the_heartbeat_names_the_phase_and_case_while_no_task_counts():
+    """Issue 24: a timing phase of minutes (no task counts it) printed nothing; now every phase beats."""
+    def run(clock):
+        with clock.case("decode qwen3-next batch 1"), clock.phase("timing"):
+            time.sleep(0.9)
+        with clock.phase("figures"):
+            time.sleep(0.5)
+
+    lines = _beats(0.2, run).splitlines()
+    timing = [line for line in lines if line.startswith("decode qwen3-next batch 1: timing for ")]
+    assert len(timing) >= 2 and all(line.endswith(" s (running)") for line in timing), lines
+    assert [line for line in lines if line.startswith("figures for ")], lines
+    assert not [line for line in lines if line.startswith("setup")], lines  # the clock listened after it began
+
+
+def test_the_first_beat_waits_a_whole_period():
+    """Planning (and a run refused there) stays silent: the clock's first line comes after `every_s`."""
+    assert _beats(0.6, lambda clock: time.sleep(0.4)) == ""
+
+
+def _beats(every_s: float, body) -> str:
+    """What plain progress prints while `body(clock)` runs inside a run's setup phase, the clock listening
+    from then on (as make_context does once planning passed)."""
+    from harness.phases import PhaseClock
+
+    stream = io.StringIO()
+    with progress_reporter(tty=False, stream=stream, every_s=every_s) as progress:
+        clock = PhaseClock("cpu")
+        with clock.phase("setup"):
+            clock.listen(progress)
+            body(clock)
+    return stream.getvalue()
+
+
+@pytest.mark.usefixtures("light_runs")
+def test_every_pd_pair_ticks_and_the_pairs_left_out_are_named(tmp_path, monkeypatch):
+    """Each TP pair is a case: the cases are the outer count, so a pd-roundtrip is never silent; the
+    default sweep on tiny-gdn has no TP 4 or 8 pair, and one line says why."""
+    monkeypatch.setenv("HARNESS_PROGRESS_EVERY_S", "0")
+    result = runner.invoke(app, ["run", "pd-roundtrip", "--page-tokens", "16", "--pages", "1", "--warmup", "0",
+                                 "--rep", "2", "--out", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == ("pd-roundtrip: tiny-gdn: pairs with TP 4, 8 left out: TP 4 does not divide its 2 SSM key / "
+                        "4 value heads (the linear-attention layers split heads over the ranks)")
+    assert lines[1] == "pd-roundtrip cases: started, 4 steps"
+    for k in (1, 2, 3):
+        assert [line for line in lines if line.startswith(f"pd-roundtrip cases: {k}/4 after ")], lines
+    assert [line for line in lines if line.startswith("pd-roundtrip cases: done, 4/4 in ")], lines
+
+
+def test_dist_pairs_that_need_more_processes_are_named():
+    from scenarios import get_scenario
+
+    scenario = get_scenario("pd-roundtrip")
+    options = {"preset": "llama-3-8b", "transport": "dist", "nproc": 2, "tp_pairs": None}
+    notes = scenario.notes(options, scenario.plan(options))
+    assert notes == ["pairs 1:4, 1:8, 2:4, 2:8, 4:1, 4:2, 4:4, 4:8, 8:1, 8:2, 8:4, 8:8 need more than --nproc 2 "
+                     "processes: their rows are unsupported"]
+    assert scenario.notes({**options, "nproc": 8}, scenario.plan({**options, "nproc": 8})) == []
+
+
 def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
     stream = io.StringIO()
     with progress_reporter(tty=True, stream=stream):
@@ -92,12 +154,16 @@ def test_progress_bars_on_a_terminal_draw_nothing_until_work_starts():
 
 
 @pytest.mark.usefixtures("light_runs")
-def test_a_run_in_a_log_says_what_it_is_doing(tmp_path):
+def test_a_run_in_a_log_says_what_it_is_doing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["run", "decode", "--rounds", "2", "--warmup", "0", "--rep", "2", "--history-len", "4",
-                                 "--out", str(tmp_path)], catch_exceptions=False)  # CliRunner's stdout is no TTY
+                                 "--out", "runs"], catch_exceptions=False)  # CliRunner's stdout is no TTY
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith("decode tiny-gdn batch 4: native/torch: started, 2 steps\n")
     assert "started" not in result.stdout  # stdout keeps the tables (and --json) clean
+    # the last line names the run absolutely, a relative --out too (notebooks/README.md quotes it)
+    line = result.stdout.splitlines()[-1]
+    assert line == f"run directory: {next((tmp_path / 'runs').iterdir())}"
 
 
 def test_cpu_noise_is_one_line_per_run_and_gpu_noise_one_per_row():
@@ -178,3 +244,39 @@ def test_what_users_read_cites_docs_in_the_repository_not_the_spec(tmp_path):
     assert "SPEC" not in md and "docs/REPORTS.md" in md and "1.7e9 ULP" in md
     untouched = [line for line in md.splitlines() if "| untouched " in line]
     assert untouched and not any("NaN" in line for line in untouched)
+
+
+def test_tables_written_to_a_file_keep_every_header_whole():
+    """Into a file (no terminal) the console is 160 wide; a table that needed more had its headers cut with
+    "…" mid-word. Every word of every header and cell must come out whole."""
+    from rich.console import Console
+
+    modes = ["native", "compact", "compact", "replay", "replay", "replay"]
+    variants = [None, "accept", "deferred", "inline", "precompute", "precompute-tf32"]
+    rows = [_row(m, b, variant=v, **({"history_len": 16, "history_dtype": "fp32"} if m == "replay" else {}))
+            for m, v in zip(modes, variants) for b in (2, 4)]
+    df = validate_rows(pd.DataFrame(rows))
+    stream = io.StringIO()
+    console = Console(width=160, file=stream)  # what harness.cli makes when stdout is not a terminal
+    assert not console.is_terminal
+    tables = throughput_tables(df)
+    for table in tables:
+        print_table(console, table.to_rich())
+    text = stream.getvalue()
+    assert "\u2026" not in text
+    words = set(text.replace("\u2503", " ").replace("\u2502", " ").split())
+    for table in tables:
+        for header in table.columns:
+            assert set(header.split()) <= words, header
+
+
+def test_progress_bars_show_the_phase_on_one_line():
+    stream = io.StringIO()
+    with progress_reporter(tty=True, stream=stream) as progress:
+        progress.phase("decode tiny-gdn batch 4: rollout")
+        advance = progress("decode tiny-gdn batch 4: native/torch", 2)
+        advance()
+        progress.phase("decode tiny-gdn batch 4: timing")
+        advance()
+        descriptions = [task.description for task in progress.bar.tasks]
+    assert descriptions == ["decode tiny-gdn batch 4: timing", "decode tiny-gdn batch 4: native/torch"]

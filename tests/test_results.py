@@ -162,8 +162,8 @@ def test_failed_run_leaves_no_complete_looking_directory(tmp_path):
     assert not w.final_dir.exists() and w.partial_dir.is_dir()
     assert "scenario crashed" in (w.partial_dir / "FAILED.txt").read_text()
     assert (w.partial_dir / "rows.jsonl").read_text()  # what it had is kept for forensics
-    with pytest.raises(ValueError, match="unfinished or failed"):
-        load_run(w.partial_dir)
+    with pytest.raises(ValueError, match=r"is a failed run \(FAILED.txt: KeyError: 'scenario crashed'\); it holds 1 rows"):
+        load_run(w.partial_dir)  # the error, the traceback's last line, and what the run holds
     assert latest_run(tmp_path).run_id == good.run_id  # the newer failed run is skipped
 
 
@@ -319,6 +319,19 @@ def test_compare_verdicts_from_intervals(tmp_path):
     assert df.loc[df["verdict"] == "untimed", "status_b"].item() == "oom"
     table = comparison_table(df)
     assert len(table.rows) == 7 and any("ambiguous" in r and "-" == r[-1] for r in table.rows)
+
+
+def test_compare_of_cpu_wall_clock_rows_is_never_faster_or_slower(tmp_path):
+    """Issue 24: two back-to-back CPU runs of the same code came out "slower 0.480x": a CPU row's spread
+    says how steady one run was, not where the next one lands on a shared box."""
+    cpu = {"device": "cpu", "timer": "cpu-wall"}
+    a = _write_run(tmp_path, [_row("native", 1, median=100.0, **cpu), _row("native", 8, median=100.0, spread=5.0,
+                                                                            **cpu)], run_id="a")
+    b = _write_run(tmp_path, [_row("native", 1, median=208.0, **cpu), _row("native", 8, median=101.0, spread=5.0,
+                                                                            **cpu)], run_id="b")
+    verdict = {r.batch: (r.verdict, r.speedup) for r in compare_runs(a, b).itertuples()}
+    assert verdict[1][0] == "ambiguous" and pd.isna(verdict[1][1])  # separated intervals, but the wall clock
+    assert verdict[8] == ("same", pytest.approx(100 / 101))  # within the noise: still a verdict
 
 
 def test_compare_matches_rows_with_empty_axes(tmp_path):
