@@ -72,6 +72,7 @@ def test_ctrl_c_is_one_line_exit_130_and_failed_txt_in_words(tmp_path):
     assert f"is a failed run (FAILED.txt: interrupted at {m['where']})" in report.stderr
 
 
+@pytest.mark.slow  # two worker processes on a 2-core box (9 s); the plain run's Ctrl-C stays in the fast suite
 def test_ctrl_c_in_a_dist_run_ends_the_workers_and_keeps_rank_0s_partial_run(tmp_path):
     """Rank 0 prints the progress lines (it is a worker process: this test reads them from the parent's
     stderr); the parent alone gets the SIGINT here, forwards it, and every worker ends."""
