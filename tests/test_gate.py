@@ -4,6 +4,7 @@ without a partner, a row that did not pass."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -207,10 +208,14 @@ def test_gate_compiles_ahead_in_parallel_and_still_passes(tmp_path):
 
     cases = [(n, {**o, "backend": "torch,triton", "device": "cuda"}) for n, o in CASES]
     planned = [(get_scenario(n), c) for n, o in cases for c in get_scenario(n).plan(o)]
-    jobs, failures = compile_ahead(planned, "cuda")
-    assert jobs > 0 and failures == []
+    ahead = compile_ahead(planned, "cuda")
+    assert ahead["specializations"] > 0 and ahead["failures"] == []
     outcome = run_gate(device="cuda", backends="torch,triton", cases=CASES, out_root=tmp_path)
     assert outcome.passed, outcome.lines
+    # every specialization came from the cache on first launch: the forked workers and this process
+    # computed the same cache keys (kernels/common/precompile.py stable_cache_keys)
+    compiles = json.loads((outcome.path / "manifest.json").read_text())["compiles"]
+    assert compiles["first_launch"]["compiled"] == 0 and compiles["first_launch"]["loaded"] > 0, compiles
 
 
 def test_a_scenario_launch_runs_its_triton_rollouts_and_compares_nothing(monkeypatch):
