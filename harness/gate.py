@@ -38,6 +38,7 @@ from harness.expected import RowCheck, check_case
 from harness.phases import PhaseClock
 from harness.repro import Repro
 from harness.runner import DEFAULT_OUT, case_label, draw_figures, make_context, run_case
+from kernels.common.precompile import compile_log, summarize_compiles
 from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
 from scenarios import get_scenario
@@ -58,25 +59,53 @@ LONG_MEMORY_TOKENS = 1024
 LONG_MEMORY_SNAPSHOT_EVERY = 16
 
 
-def tiny_cases() -> list[tuple[str, dict[str, Any]]]:
-    """Gate cases at CPU-test size: (scenario, options)."""
-    cases: list[tuple[str, dict[str, Any]]] = []
+# Every tiny MTP case verifies at the model gate's width (drafts 3, W = 4) with its history (Lh 4: replay
+# folds nearly every round, and W == Lh), and decode uses the default history like the long-memory decode,
+# so on a GPU the tiny cases of one preset and state dtype share each kernel's constexprs: the cases
+# with drafts 1, 2 and 3 and Lh 4 and 16 compiled 181 specializations (scripts/gate_specializations.py),
+# most of a cold tiny gate on an H200. Widths 2 and 3 are judged by the interpreter cases below (CPU gate)
+# and the kernel tests; compact, native and replay step every token with the same code at any W.
+TINY_DRAFTS = 3
+TINY_HISTORY = 4
+
+
+def tiny_ssm_cases() -> list[tuple[str, dict[str, Any], str]]:
+    """The tiny SSM cases as (scenario, options, on_gpu): `on_gpu` is "" where the GPU tiny gate runs the
+    case too, else why it does not (the model gate judges that scenario, acceptance and width on a GPU for
+    both families and state dtypes, so the tiny case would only repeat it; the CPU gate still runs it)."""
+    model = "the model gate judges this scenario and acceptance at drafts 3, both families and state dtypes"
+    out: list[tuple[str, dict[str, Any], str]] = []
     for preset in TINY:
         for sd in ("fp32", "bf16"):
             base = {"preset": preset, "state_dtype": sd, **GATE_OPTIONS}
-            cases += [
-                ("decode", {**base, "batch": "3", "rounds": 24, "history_len": 4}),
-                ("mtp-fixed", {**base, "batch": "3", "drafts": 3, "accept": "geometric:0.7", "rounds": 16}),
-                ("mtp-fixed", {**base, "batch": "2", "drafts": 2, "accept": "fixed:1", "rounds": 12, "history_len": 4}),
-                ("mtp-fixed", {**base, "batch": "2", "drafts": 1, "accept": "none", "rounds": 12}),
-                ("mtp-fixed", {**base, "batch": "2", "drafts": 3, "accept": "all", "rounds": 12, "history_dtype": "bf16"}),
-                ("mtp-dynamic", {**base, "batch": "4", "drafts": 3, "accept": "geometric:0.5", "rounds": 16}),
-                ("checkpoint-restore", {**base, "batch": "4", "drafts": 2, "accept": "geometric:0.6", "rounds": 9,
-                                        "history_len": 4}),
+            mtp = {**base, "drafts": TINY_DRAFTS, "history_len": TINY_HISTORY}
+            out += [
+                ("decode", {**base, "batch": "3", "rounds": 24},
+                 "the model gate's decode and the long-memory decode judge width 1 on a GPU"),
+                ("mtp-fixed", {**mtp, "batch": "3", "accept": "geometric:0.7", "rounds": 16}, model),
+                ("mtp-fixed", {**mtp, "batch": "2", "accept": "fixed:1", "rounds": 12}, ""),
+                ("mtp-fixed", {**mtp, "batch": "2", "accept": "none", "rounds": 12}, ""),
+                # a bf16 history is a contract with fp32 state (docs/CONTRACTS.md); with bf16 state the state's
+                # own rounding dominates, so that case accepts everything on the fp32 history
+                ("mtp-fixed", {**mtp, "batch": "2", "accept": "all", "rounds": 12,
+                               **({"history_dtype": "bf16"} if sd == "fp32" else {})}, ""),
+                ("mtp-dynamic", {**mtp, "batch": "4", "accept": "geometric:0.5", "rounds": 16}, model),
+                ("checkpoint-restore", {**mtp, "batch": "4", "accept": "geometric:0.6", "rounds": 9},
+                 "the model gate's checkpoint-restore judges restores within and across modes at drafts 3"),
             ]
-    cases += long_memory_cases(TINY)
-    cases += page_cases(TINY, page_size=16)
-    return cases
+    return out
+
+
+def tiny_cases(gpu: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """Gate cases at CPU-test size: (scenario, options). `gpu`: the GPU tiny gate's selection, which leaves
+    out the SSM cases the model gate repeats (`tiny_ssm_cases`) and runs the long-memory rollouts on the
+    Triton backend only (their torch drift is the CPU gate's: the same torch code, 1024 rounds of hundreds
+    of small launches each on a GPU)."""
+    cases = [(n, o) for n, o, on_gpu in tiny_ssm_cases() if not (gpu and on_gpu)]
+    long_memory = long_memory_cases(TINY)
+    if gpu:
+        long_memory = [(n, {**o, "backend": "triton"}) for n, o in long_memory]
+    return cases + long_memory + page_cases(TINY, page_size=16)
 
 
 def long_memory_cases(presets: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
@@ -149,16 +178,19 @@ def default_backends(device: str) -> list[str]:
 
 
 def compile_ahead(planned: list[tuple[Any, Any]], device: str,
-                  progress: Callable[[str, int], Callable[[], None]] | None = None) -> tuple[int, list[str]]:
-    """Compile every Triton specialization the gate's SSM cases launch, in parallel processes, before
+                  progress: Callable[[str, int], Callable[[], None]] | None = None,
+                  processes: int | None = None) -> dict[str, Any]:
+    """Compile every Triton specialization the gate's cases launch, in parallel processes, before
     running any of them (Triton otherwise compiles each on its first launch, one after another).
 
-    Each case's `launch` runs the first rounds of its Triton variants with launches recorded and skipped
-    (kernels/common/precompile.py), nothing compared, in a context that writes nothing; the records
-    compile in forked workers into Triton's cache, where the real run finds them. A case that raises here
-    (its outputs are garbage by design) contributes what it launched before; scenarios without `launch`
-    (pages, restores) and anything missed compile on first launch in the real run, as without this step.
-    Returns (specializations recorded, compile errors: each fails again, reported, in the real run)."""
+    Each case's `launch` (every gate scenario has one: the SSM rollouts' first rounds, checkpoint-restore's
+    rollouts, the page cases' transfers) runs with launches recorded and skipped
+    (kernels/common/precompile.py), in a context that writes nothing; the records compile in forked
+    workers into Triton's cache, where the real run finds them. A case that raises here (its outputs
+    are garbage by design) contributes what it launched before; anything missed compiles on first
+    launch in the real run, as without this step, and the run's manifest counts it (`compiles`).
+    Returns {"specializations": recorded, "seconds": compile time, "failures": compile errors (each fails
+    again, reported, in the real run)}."""
     from kernels.common.precompile import collect_compiles, compile_all
 
     throwaway, _ = make_context(device, 0, {}, None, scenario="gate", time_cases=False, progress=progress)
@@ -172,9 +204,9 @@ def compile_ahead(planned: list[tuple[Any, Any]], device: str,
             except Exception:  # noqa: BLE001 - see the docstring: the real run reports real errors
                 pass
     tick()
-    _seconds, failures = compile_all(jobs)
+    seconds, failures = compile_all(jobs, processes)
     tick()
-    return len(jobs), failures
+    return {"specializations": len(jobs), "seconds": round(seconds, 1), "failures": failures}
 
 
 @dataclass
@@ -220,6 +252,10 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
         # the interpreter: every tiny SSM case on torch, a short subset on triton too
         ssm = {"decode", "mtp-fixed", "mtp-dynamic", "checkpoint-restore"}
         cases = [(n, {**o, "backend": "torch"}) if n in ssm else (n, o) for n, o in tiny_cases()] + interpreter_cases()
+    if cases is None and shapes == "tiny" and device.startswith("cuda"):
+        cases = tiny_cases(gpu=True)
+        if backends is not None:  # the caller's backends hold for every case, the long-memory ones included
+            cases = [(n, {k: v for k, v in o.items() if k != "backend"}) for n, o in cases]
     cases = cases if cases is not None else (tiny_cases() if shapes == "tiny" else model_cases())
     planned = []
     for name, options in cases:  # plan everything first: a bad gate case fails before any work
@@ -236,17 +272,24 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
     with writer:
         ctx, report = make_context(device, 0, ceilings, writer, scenario="gate", progress=progress, time_cases=False,
                                    clock=clock, repro=repro)
+        compiles: dict[str, Any] = {}
         if device.startswith("cuda") and "triton" in chosen:
             with clock.phase("compile"):
-                compile_ahead(planned, device, progress)
+                compiles["ahead"] = compile_ahead(planned, device, progress)
         tick = ctx.progress("gate cases", len(planned))
-        for scenario, case in planned:
-            result = run_case(scenario, case, ctx, clock)
-            writer.add_rows(result.rows)
-            for rec in result.ooms:
-                writer.add_oom(rec)
-            checks += check_case(case_label(scenario.name, case), case, result.rows, device)
-            tick()
+        per_case: dict[str, dict] = {}
+        with compile_log() as events:  # what each case still compiled on first launch, and loaded
+            for scenario, case in planned:
+                label, start = case_label(scenario.name, case), len(events)
+                result = run_case(scenario, case, ctx, clock)
+                writer.add_rows(result.rows)
+                for rec in result.ooms:
+                    writer.add_oom(rec)
+                checks += check_case(label, case, result.rows, device)
+                if len(events) > start:
+                    per_case[label] = summarize_compiles(events[start:])
+                tick()
+        compiles.update(first_launch=summarize_compiles(events), per_case=per_case)
         with clock.phase("write"):
             writer.finish()
     triton_cases = sum("triton" in getattr(case, "backends", ()) for _, case in planned)
@@ -255,7 +298,7 @@ def _run_gate(device, backends, shapes, junit, out_root, progress, argv, cases, 
         where += f" (triton in the interpreter, {triton_cases} of {len(planned)} cases)"
     verdict = GateVerdict(report, checks, backends=where)
     (writer.path / "gate.md").write_text(verdict.markdown())
-    update_manifest(writer.path, {"gate_passed": verdict.passed, "gate_summary": verdict.summary()})
+    update_manifest(writer.path, {"gate_passed": verdict.passed, "gate_summary": verdict.summary(), "compiles": compiles})
     junit_error = None
     if junit is not None:
         try:

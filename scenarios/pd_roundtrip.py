@@ -89,6 +89,13 @@ class PdRoundtrip:
     def memory(self, case: po.PageCase, device: str) -> CaseMemory:
         return po.page_case_memory(case, device)
 
+    def launch(self, case: po.PageCase, ctx: RunContext) -> None:
+        """The case's Triton launches, for a compile-ahead pass to record (harness/gate.py): the case
+        itself (transfers and byte compares), or nothing with `--transport dist`, whose ranks launch in
+        processes of their own."""
+        if case.options.get("transport") != "dist":
+            self.run(case, ctx)
+
     def run(self, case: po.PageCase, ctx: RunContext) -> CaseResult:
         g, P = case.attn, case.page_size
         p, d = case.tp_prefill, case.tp_decode

@@ -1,7 +1,8 @@
 """The README's H200 section, generated from the committed reference runs (never typed by hand).
 
 Reads results/reference/<dir>/: modes/<run>/throughput.csv (the harness's own rows, tuned and untuned),
-modes/times.txt (autotune and run wall seconds), gate-model/gate.md, gpu-gate-times.txt,
+modes/times.txt (autotune and run wall seconds), gate-model/gate.md, gpu-gate-times.json (or the older
+gpu-gate-times.txt), the newest gate-timed/<pass>/gpu-gate-times.json with its gate manifests,
 pytest-cuda/pytest-cuda.log, pages/<run>/throughput.csv, gate-timed/ (times, logs, the model gate's
 manifest and gate.md) and, where scripts/gpu_peers.sh's runs are there, peers/<run>/ (throughput.csv and
 equivalence.json: ours beside the best peer row per mode, and each peer's error against fp64), and prints
@@ -49,6 +50,74 @@ def _times(path: Path) -> dict[str, int]:
         if m:
             out[m.group(1) or m.group(3)] = int(m.group(2) or m.group(4))
     return out
+
+
+def gate_times(folder: Path) -> dict:
+    """The steps of one `make gpu-gate` run in `folder`: `{"cold": bool | None, "total_s": int | None,
+    "steps": {name: {"rc", "seconds", "verdict"}}}`. From gpu-gate-times.json, which scripts/gpu_gate.sh
+    writes (issue 23); an older reference folder has only gpu-gate-times.txt (`gate-model rc=0 178 s`),
+    which gives the seconds alone (rc where the line has it, no verdict, cache state unknown)."""
+    import json
+
+    path = folder / "gpu-gate-times.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return {"cold": data["cold"], "total_s": data["total_s"],
+                "steps": {s["name"]: {k: s[k] for k in ("rc", "seconds", "verdict")} for s in data["steps"]}}
+    steps = {}
+    for line in (folder / "gpu-gate-times.txt").read_text().splitlines():
+        m = re.match(r"(\S+) (?:rc=(\S+) )?(\d+) s", line)
+        if m:  # a step listed twice (re-run) keeps its last line, as the text file was read before
+            steps[m.group(1)] = {"rc": int(m.group(2)) if m.group(2) else None, "seconds": int(m.group(3)),
+                                 "verdict": None}
+    return {"cold": None, "total_s": None, "steps": steps}
+
+
+def _gate_runs(folder: Path) -> dict[str, dict]:
+    """`shapes -> manifest` of the gate run directories in `folder` (the tiny and model gates' own)."""
+    import json
+
+    out = {}
+    for manifest in sorted(folder.glob("*-gate-*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        argv = m.get("argv") or []
+        shapes = argv[argv.index("--shapes") + 1] if "--shapes" in argv[:-1] else "tiny"
+        out[shapes] = m
+    return out
+
+
+def gate_passes(folder: Path) -> list[str]:
+    """scripts/gpu_gate_timed.sh's passes in `folder` (`<pass>/gpu-gate-times.json`): per pass its Triton
+    cache state, each step's seconds and verdict, the total against SPEC §7's 5 minutes, then the gates'
+    wall-time profiles and what each case still compiled on first launch."""
+    passes = sorted((p for p in folder.iterdir() if (p / "gpu-gate-times.json").is_file()),
+                    key=lambda p: (p.name != "cold", p.name))
+    lines = ["| pass | Triton cache | gate-tiny | gate-model | pytest-cuda | total |", "| --- | --- | --- | --- | --- | --- |"]
+    profiles = []
+    for p in passes:
+        t = gate_times(p)
+        cells = []
+        for name in ("gate-tiny", "gate-model", "pytest-cuda"):
+            s = t["steps"].get(name)
+            cells.append(f"{s['seconds']} s, {s['verdict'].split(';')[0]}" if s else "not run")
+        over = "under" if t["total_s"] < 300 else "over"
+        lines.append(f"| {p.name} | {'cold' if t['cold'] else 'warm'} | " + " | ".join(cells)
+                     + f" | {t['total_s']} s ({over} 300) |")
+        for shapes, m in sorted(_gate_runs(p).items(), reverse=True):
+            wall, first = m.get("wall_s", {}), m.get("compiles", {}).get("first_launch", {})
+            ahead = m.get("compiles", {}).get("ahead", {})
+            parts = ", ".join(f"{k} {v:.0f}" for k, v in wall.items() if k != "total" and v >= 1)
+            profiles.append(f"* {p.name} {shapes} gate: {wall.get('total', 0):.0f} s ({parts}); compiled ahead "
+                            f"{ahead.get('specializations', '-')} specializations in {ahead.get('seconds', '-')} s, "
+                            f"then {first.get('compiled', '-')} compiled on first launch "
+                            f"({first.get('compile_s', '-')} s) and {first.get('loaded', '-')} loaded from the cache.")
+    return lines + [""] + profiles
+
+
+def newest_gate_timed() -> Path | None:
+    """The newest reference folder's gate-timed/ that holds scripts/gpu_gate_timed.sh's JSON, if any."""
+    found = sorted((ROOT / "results" / "reference").glob("*/gate-timed/*/gpu-gate-times.json"))
+    return found[-1].parent.parent if found else None
 
 
 def modes_table(ref: Path) -> list[str]:
@@ -291,14 +360,18 @@ def latest(ref: Path = LATEST) -> list[str]:
 
 def summary(ref: Path = REFERENCE) -> str:
     times = _times(ref / "modes" / "times.txt")
-    gate_times = _times(ref / "gpu-gate-times.txt")
+    gate_steps = gate_times(ref)["steps"]
     verdict = _gate_verdict(ref)
     pytest_line = (ref / "pytest-cuda" / "pytest-cuda.log").read_text().strip().splitlines()[-1]
     rel = ref.relative_to(ROOT)
+    timed = newest_gate_timed()
+    gate = [f"**`make gpu-gate`** (`scripts/gpu_gate_timed.sh`, `{timed.relative_to(ROOT)}/`: from a cold Triton cache, "
+            "then warm; SPEC §7: under 5 minutes, the model gate under 2):", "", *gate_passes(timed), ""] if timed else []
     out = [
         f"Generated by `scripts/h200_summary.py` from `{LATEST.relative_to(ROOT)}/` and `{rel}/` (their READMEs say "
         "what ran, on which commit).",
         "",
+        *gate,
         *(latest() if LATEST.exists() else []),
         "**The modes, in the harness's own rows** (`scripts/gpu_modes.sh`: per-kernel `harness autotune ssm`, then "
         "`harness run` with that cache, `tuned`, and with `--autotune off`, `untuned`; fp32 state, 36 (Qwen3-Next) or "
@@ -313,8 +386,9 @@ def summary(ref: Path = REFERENCE) -> str:
         f"{times.get('autotune-qwen3-next-d0', '-')} s.",
         "",
         f"**Model-shape gate** (`harness gate --device cuda --shapes model`): {verdict}; "
-        f"{gate_times.get('gate-model', '-')} s from a cold Triton cache. `pytest -m cuda`: {pytest_line}. "
-        f"The tiny gate did not finish in {gate_times.get('gate-tiny', '-')} s (compiles; see the run's README).",
+        f"{gate_steps.get('gate-model', {}).get('seconds', '-')} s from a cold Triton cache. `pytest -m cuda`: "
+        f"{pytest_line}. The tiny gate did not finish in {gate_steps.get('gate-tiny', {}).get('seconds', '-')} s "
+        "(compiles; see the run's README).",
         "",
         *gate_timed(ref / "gate-timed"),
         "",

@@ -33,8 +33,28 @@ class SSMParams:
     A_log: torch.Tensor
     dt_bias: torch.Tensor
 
+    def __post_init__(self) -> None:
+        self.A_log, self.dt_bias = _aligned_rows(self.A_log), _aligned_rows(self.dt_bias)
+
     def to(self, device: torch.device | str) -> SSMParams:
         return SSMParams(self.conv_weight.to(device), self.A_log.to(device), self.dt_bias.to(device))
+
+
+def _aligned_rows(t: torch.Tensor, align_bytes: int = 16) -> torch.Tensor:
+    """`t` (`[L, n]`) as a view whose rows each start on an `align_bytes` boundary (same values).
+
+    The kernels take one layer's row (`A_log[layer]`), and Triton specializes a pointer argument on
+    whether it is 16-byte aligned: with 2 value heads (tiny-kda) layer 1's row of a contiguous `[L, 2]`
+    fp32 tensor starts 8 bytes in, so every verify kernel compiled twice per configuration, once per
+    alignment (scripts/gate_specializations.py). Padding the rows makes every layer's pointer aligned.
+    """
+    per = align_bytes // t.element_size()
+    if t.dim() != 2 or per <= 1 or (t.stride(0) % per == 0 and t.stride(1) == 1 and t.data_ptr() % align_bytes == 0):
+        return t
+    width = -(-t.shape[1] // per) * per
+    out = torch.zeros(t.shape[0], width, dtype=t.dtype, device=t.device)[:, : t.shape[1]]
+    out.copy_(t)
+    return out
 
 
 @dataclass

@@ -4,6 +4,7 @@ without a partner, a row that did not pass."""
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -207,10 +208,14 @@ def test_gate_compiles_ahead_in_parallel_and_still_passes(tmp_path):
 
     cases = [(n, {**o, "backend": "torch,triton", "device": "cuda"}) for n, o in CASES]
     planned = [(get_scenario(n), c) for n, o in cases for c in get_scenario(n).plan(o)]
-    jobs, failures = compile_ahead(planned, "cuda")
-    assert jobs > 0 and failures == []
+    ahead = compile_ahead(planned, "cuda")
+    assert ahead["specializations"] > 0 and ahead["failures"] == []
     outcome = run_gate(device="cuda", backends="torch,triton", cases=CASES, out_root=tmp_path)
     assert outcome.passed, outcome.lines
+    # nothing compiled on first launch: what this process had not compiled yet came from the cache, so the
+    # forked workers and this process computed the same cache keys (precompile.stable_cache_keys)
+    compiles = json.loads((outcome.path / "manifest.json").read_text())["compiles"]
+    assert compiles["first_launch"]["compiled"] == 0, compiles
 
 
 def test_a_scenario_launch_runs_its_triton_rollouts_and_compares_nothing(monkeypatch):
@@ -229,3 +234,31 @@ def test_a_scenario_launch_runs_its_triton_rollouts_and_compares_nothing(monkeyp
     scenario.launch(case, ctx)
     assert {v.backend for v in ran} == {"triton"} and len(ran) == len([v for v in case.variants if v.backend == "triton"])
     assert not report.comparisons
+
+
+def test_gpu_tiny_selection_keeps_every_family_dtype_and_pattern_and_shares_constexprs():
+    """The GPU tiny gate (issue 23) leaves out only what the model gate repeats, keeps fixed:1 / none / all for
+    both families and state dtypes, the long-memory drift on Triton and every page case; all its MTP cases
+    verify at one width and history, so they compile each kernel once per preset and dtype. The CPU list keeps
+    every case."""
+    from harness.gate import TINY, model_cases, tiny_cases, tiny_ssm_cases
+
+    gpu, cpu = tiny_cases(gpu=True), tiny_cases()
+    assert len(cpu) == len(tiny_ssm_cases()) + 4 + 4  # + long memory, + a CPU-page and a PD entry per preset
+    ssm = [(n, o) for n, o in gpu if n in ("mtp-fixed", "mtp-dynamic", "decode", "checkpoint-restore")]
+    mtp = [o for n, o in ssm if n == "mtp-fixed"]
+    assert {(o["preset"], o["state_dtype"], o["accept"]) for o in mtp} == {
+        (p, sd, a) for p in TINY for sd in ("fp32", "bf16") for a in ("fixed:1", "none", "all")}
+    assert {(o["drafts"], o["history_len"]) for o in mtp} == {(3, 4)}
+    assert {(o["preset"], o.get("state_dtype")) for o in mtp if o.get("history_dtype") == "bf16"} == {
+        (p, "fp32") for p in TINY}
+    long_memory = [o for n, o in ssm if n == "decode"]
+    assert {(o["preset"], o["state_dtype"], o["backend"], o["gates"]) for o in long_memory} == {
+        (p, sd, "triton", "long-memory") for p in TINY for sd in ("fp32", "bf16")}
+    # what the GPU tiny gate leaves out, the model gate runs: same scenario and acceptance at drafts 3
+    model = {(n, o.get("accept")) for n, o in model_cases() if "state_dtype" in o}
+    left_out = [(n, o) for n, o, why in tiny_ssm_cases() if why]
+    assert left_out and all(n in {m for m, _ in model} for n, _ in left_out)
+    assert all((n, o["accept"]) in model for n, o in left_out if n in ("mtp-fixed", "mtp-dynamic"))
+    assert [c for c in gpu if c[0] in ("cpu-page-restore", "pd-roundtrip")] == [
+        c for c in cpu if c[0] in ("cpu-page-restore", "pd-roundtrip")]

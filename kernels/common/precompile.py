@@ -6,7 +6,8 @@ compiles each on first launch, one after another, in the launching process: on a
 with a cache hook that records what each launch would compile and skips it; `compile_all()` then
 compiles the records in forked worker processes into Triton's on-disk cache, where the real launches
 find them. The records carry the exact signature, constants, attributes and options the JIT computed,
-so the cache keys are the ones the real launches look up.
+so the cache keys are the ones the real launches look up, provided every process computes the same
+keys: `stable_cache_keys()` (called by `collect_compiles`) makes them independent of launch order.
 
 Usage:
     with collect_compiles() as jobs:
@@ -32,6 +33,49 @@ import triton
 from triton import knobs
 
 
+def _jit_functions() -> list[Any]:
+    """Every Triton JIT function defined in a loaded module of the kernels package (kernels and helpers)."""
+    import sys
+
+    from triton.runtime.jit import JITFunction
+
+    found: dict[int, Any] = {}
+    for name, module in sorted(sys.modules.items()):
+        if module is None or not (name == "kernels" or name.startswith("kernels.")):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, JITFunction) and value.fn.__module__ == name:
+                found[id(value)] = value
+    return sorted(found.values(), key=lambda f: (f.fn.__module__, f.fn.__qualname__))
+
+
+def stable_cache_keys(max_passes: int = 8) -> int:
+    """Give every JIT function of the kernels package the cache key it has when its callees were
+    hashed first, in every process alike; returns how many passes that took.
+
+    Triton 3.6 hashes a function's callees into its key (`JITFunction.cache_key`) and adds the constexpr
+    globals they read (`_EMULATE_RTNE` in kernels/ssm/step.py), but it merges a callee's globals *before*
+    hashing the callee, so the first kernel hashed in a process leaves out the globals of helpers
+    nobody hashed yet; a later kernel calling the same helpers gets them. The key of a kernel thus
+    depends on which kernel a process happened to launch first: forked compile workers (which start
+    from different kernels) and the launching process disagree, and a compiled-ahead specialization is
+    compiled again on its first launch (seen on CPU with scripts/gate_specializations.py --mode
+    simulate: the tiny gate's decode case recompiled native verify). Rehashing everything until no key
+    changes gives each function the key over its whole call tree, the same whatever the order.
+    Idempotent; call it before the first compile of a process, and before forking workers.
+    """
+    functions = _jit_functions()
+    for passes in range(1, max_passes + 1):
+        before = [(f.hash, tuple(f.used_global_vals)) for f in functions]
+        for f in functions:
+            f.hash = None  # recomputed below with the callees' globals of the previous pass
+        for f in functions:
+            f.cache_key  # noqa: B018 - computes and caches the key
+        if [(f.hash, tuple(f.used_global_vals)) for f in functions] == before:
+            return passes
+    raise RuntimeError(f"Triton cache keys of the kernels did not settle in {max_passes} passes")
+
+
 @dataclass(frozen=True)
 class CompileJob:
     """One specialization a launch asked for."""
@@ -48,6 +92,7 @@ class CompileJob:
 def collect_compiles() -> Iterator[list[CompileJob]]:
     """Inside the block, a launch of a kernel not yet compiled in this process records a `CompileJob`
     and does not run (its outputs stay as they were); the list fills as launches happen."""
+    stable_cache_keys()  # the keys the forked workers and the real launches compute must agree
     jobs: list[CompileJob] = []
     seen: set[str] = set()
     target = triton.runtime.driver.active.get_current_target()
@@ -68,6 +113,37 @@ def collect_compiles() -> Iterator[list[CompileJob]]:
         yield jobs
     finally:
         knobs.runtime.jit_cache_hook = previous
+
+
+@contextlib.contextmanager
+def compile_log() -> Iterator[list[dict]]:
+    """Inside the block, every `triton.compile` of this process (a JIT launch's first use of a
+    specialization) appends `{"kernel", "cache_hit", "seconds"}`: `cache_hit` True when the binary came
+    from Triton's on-disk cache, False when it was compiled here. Where a gate's time goes (issue 23)."""
+    events: list[dict] = []
+    previous = knobs.compilation.listener
+
+    def listener(*, src, metadata, metadata_group, times, cache_hit):
+        events.append({"kernel": getattr(src, "name", "?"), "cache_hit": bool(cache_hit),
+                       "seconds": times.total / 1e6})  # CompileTimes are in microseconds
+        if previous is not None:
+            previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit)
+
+    knobs.compilation.listener = listener
+    try:
+        yield events
+    finally:
+        knobs.compilation.listener = previous
+
+
+def summarize_compiles(events: list[dict]) -> dict:
+    """`{"compiled": n, "compile_s": s, "loaded": m, "kernels": {kernel: compiled}}` of `compile_log` events."""
+    built = [e for e in events if not e["cache_hit"]]
+    kernels: dict[str, int] = {}
+    for e in built:
+        kernels[e["kernel"]] = kernels.get(e["kernel"], 0) + 1
+    return {"compiled": len(built), "compile_s": round(sum(e["seconds"] for e in built), 2),
+            "loaded": len(events) - len(built), "kernels": kernels}
 
 
 _PENDING: list[CompileJob] = []  # what forked workers compile, by index (nothing is pickled)

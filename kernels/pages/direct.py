@@ -42,7 +42,9 @@ def default_launch(copy: PageCopy, device: torch.device) -> dict[str, int]:
     return {"programs": 4 * sms, "block_tokens": block_tokens, "block_cols": block_cols, "num_warps": 4}
 
 
-@triton.jit
+# n_rows only bounds the item loop: as a plain argument (not specialized to a constant when it is 1) a
+# transfer of one page row shares the binary of every other row count (issue 23: fewer gate compiles)
+@triton.jit(do_not_specialize=["n_rows"])
 def page_copy_kernel(
     pool,
     pages,
