@@ -29,7 +29,7 @@ def test_tune_then_run_uses_the_cache(tmp_path, monkeypatch):
     out = run_autotune("ssm", {"batch": "2", "drafts": 1, "history_len": 4, "level": "force",
                                "autotune_cache": str(cache), "warmup": 0, "rep": 1}, argv=["test"], out_root=tmp_path)
     kernels = {"native-verify", "conv", "replay-forward", "replay-fold", "compact-verify", "compact-commit",
-               "deferred-verify", "replay-precompute"}
+               "deferred-verify", "replay-precompute", "compact-precompute"}
     assert {c["kernel"] for c in out.choices} == kernels
     assert all(c["source"] == "tuned" for c in out.choices)
     records = pd.read_json(out.path / "autotune.jsonl", lines=True)
@@ -99,6 +99,6 @@ def test_autotune_ssm_runs_on_cpu_at_its_defaults(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stderr.splitlines()
     assert lines[0].startswith("autotune: restarting with TRITON_INTERPRET=1")
-    assert lines[-1].startswith("autotune ssm: done, 16/16 in ")  # 8 kernels x 2 candidates
+    assert lines[-1].startswith("autotune ssm: done, 18/18 in ")  # 9 kernels x 2 candidates
     assert json.loads((tmp_path / "c" / "cache.json").read_text())["entries"]["cpu"]
     assert not any((tmp_path / "cwd").iterdir()) and repo_cache.exists() == existed
