@@ -45,20 +45,21 @@ step() {
   mkdir -p "$OUT/peers/$name"
   cp "$run"/manifest.json "$run"/throughput.csv "$run"/equivalence.json "$run"/equivalence.md "$OUT/peers/$name/"
 }
-common=(--preset qwen3-next --device cuda --state-dtype fp32 --rounds "$ROUNDS" --check-requests "$CHECK" --out "$RUNS" --json)
+common=(--device cuda --state-dtype fp32 --rounds "$ROUNDS" --out "$RUNS" --json)
 for s in $steps; do
   case $s in
     tests) start=$SECONDS
            $PY -m pytest -q -p no:cacheprovider -m cuda tests/test_baselines.py > "$OUT/tests.txt" 2>&1 \
              || echo "FAILED ($?): tests (see tests.txt)"
            echo "== tests $((SECONDS - start)) s: $(tail -n 1 "$OUT/tests.txt")" ;;
-    mtp) step mtp-fixed-qwen3-next $PY -m harness run mtp-fixed "${common[@]}" --batch "${MTP_BATCH:-128,256}" --drafts 3 \
+    mtp) step mtp-fixed-qwen3-next $PY -m harness run mtp-fixed "${common[@]}" --preset qwen3-next --check-requests "$CHECK" --batch "${MTP_BATCH:-128,256}" --drafts 3 \
            --backend triton,fla,sglang,flashinfer ;;
     # KDA (GLM-5.3-Flash): SGLang's KDA ReplaySSM and fla's KDA recurrence beside ours
-    mtp-kda) step mtp-fixed-glm-5.3-flash-tp8 $PY -m harness run mtp-fixed "${common[@]/qwen3-next/glm-5.3-flash-tp8}" \
+    mtp-kda) step mtp-fixed-glm-5.3-flash-tp8 $PY -m harness run mtp-fixed "${common[@]}" --preset glm-5.3-flash-tp8 \
+               --check-requests "$CHECK" \
                --batch "${KDA_BATCH:-128}" --drafts 3 --backend triton,fla,sglang ;;
     # decode checks one request per batch: its default batches start at 1 (--check-requests <= the batch)
-    decode) step decode-qwen3-next $PY -m harness run decode "${common[@]}" --check-requests "${DECODE_CHECK:-1}" \
+    decode) step decode-qwen3-next $PY -m harness run decode "${common[@]}" --preset qwen3-next --check-requests "${DECODE_CHECK:-1}" \
               --batch "${DECODE_BATCH:-1,128}" \
               --backend triton,fla,flashinfer ;;
     bench) start=$SECONDS
