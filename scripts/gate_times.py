@@ -7,13 +7,15 @@ The file, next to the run directories of one `make gpu-gate`:
         {"name": "gate-model", "rc": 0, "seconds": 104, "verdict": "PASS: ..."},
         {"name": "pytest-cuda", "rc": 0, "seconds": 31, "verdict": "PASS 27 passed, 0 skipped"}]}
 
-`cold`: Triton's cache directory held no compiled kernel when the run started. A step's verdict is the
+`cold`: Triton's cache directory held no compiled kernel when the run started. `total_s` is the run's wall
+time: scripts/gpu_gate.sh runs `pytest -m cuda` beside the tiny gate, so it can be less than the steps' sum. A step's verdict is the
 gate's own summary line (its run directory's manifest, found through the `gate report:` line of the
 step's log) or pytest's counts (its JUnit file), and starts with PASS only when the step's exit status
 is 0 as well; a step stopped at its time limit, or one that left no report, says so after FAIL.
 
     python3 scripts/gate_times.py start --times OUT/gpu-gate-times.json --cache DIR
     python3 scripts/gate_times.py step --times FILE --name gate-tiny --rc 0 --seconds 71 --log LOG [--junit XML]
+        [--elapsed N]
     python3 scripts/gate_times.py finish --times FILE --total 212
 
 Each call rewrites the file whole (through a temporary file), so a run cut short keeps the steps that finished.
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     step.add_argument("--name", choices=STEPS, required=True)
     step.add_argument("--rc", type=int, required=True)
     step.add_argument("--seconds", type=int, required=True)
+    step.add_argument("--elapsed", type=int, default=None,
+                      help="the run's wall seconds so far (steps that overlapped); default: the steps' sum")
     step.add_argument("--log", type=Path, default=None)
     step.add_argument("--junit", type=Path, default=None)
     fin = sub.add_parser("finish", help="set the run's total wall seconds")
@@ -122,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             verdict = gate_verdict(args.rc, args.seconds, args.log)
         data["steps"].append({"name": args.name, "rc": args.rc, "seconds": args.seconds, "verdict": verdict})
-        data["total_s"] = max(data["total_s"], sum(s["seconds"] for s in data["steps"]))
+        so_far = sum(s["seconds"] for s in data["steps"]) if args.elapsed is None else args.elapsed
+        data["total_s"] = max(data["total_s"], so_far)  # until `finish` gives the wall time
     else:
         data["total_s"] = args.total
     _write(args.times, data)

@@ -86,6 +86,21 @@ def test_a_gate_that_exits_non_zero_never_reads_pass_and_a_warm_cache_is_not_col
     assert data["steps"][1]["verdict"] == "PASS 27 passed, 0 skipped"
 
 
+def test_steps_that_ran_side_by_side_count_the_wall_time_not_their_sum(tmp_path):
+    times = tmp_path / "gpu-gate-times.json"
+    _times("start", "--times", times, "--cache", tmp_path / "cache")
+    junit = _junit(tmp_path / "p.xml", tests=27, failures=0, skipped=0)
+    # scripts/gpu_gate.sh: pytest -m cuda (40 s) beside the tiny gate (70 s), then the model gate (100 s)
+    _times("step", "--times", times, "--name", "gate-tiny", "--rc", 1, "--seconds", 70, "--elapsed", 71)
+    _times("step", "--times", times, "--name", "pytest-cuda", "--rc", 0, "--seconds", 40, "--elapsed", 71,
+           "--junit", junit)
+    assert json.loads(times.read_text())["total_s"] == 71
+    _times("step", "--times", times, "--name", "gate-model", "--rc", 1, "--seconds", 100, "--elapsed", 172)
+    data = json.loads(times.read_text())
+    assert data["total_s"] == 172 and sum(s["seconds"] for s in data["steps"]) == 210
+    assert [set(s) for s in data["steps"]] == [{"name", "rc", "seconds", "verdict"}] * 3  # the schema
+
+
 def test_h200_summary_reads_the_json_passes_and_the_older_text_file(tmp_path):
     summary = _load("h200_summary")
     folder = tmp_path / "gate-timed"
