@@ -116,6 +116,12 @@ def test_h200_summary_reads_the_json_passes_and_the_older_text_file(tmp_path):
     assert lines[2] == ("| cold | cold | 71 s, PASS: 1432 of 1432 | 104 s, PASS: 2192 of 2192 | 31 s, PASS 27 passed, "
                         "0 skipped | 212 s (under 300) |")
     assert lines[3].startswith("| warm | warm |") and lines[3].endswith("| 318 s (over 300) |")
+    # a pass cut short: the missing step says so, and its total is not held against the 5 minutes
+    cut = folder / "warm" / "gpu-gate-times.json"
+    data = json.loads(cut.read_text())
+    cut.write_text(json.dumps({**data, "total_s": 143, "steps": data["steps"][::2]}))
+    row = summary.gate_passes(folder)[3]
+    assert "| did not finish |" in row and row.endswith("| incomplete (143 s of finished steps) |")
     assert ("* cold model gate: 50 s (setup 3, compile 10, rollout 30); compiled ahead 64 specializations in 9.1 s, "
             "then 0 compiled on first launch (0 s) and 64 loaded from the cache.") in lines
     old = summary.gate_times(ROOT / "results" / "reference" / "h200-2026-12-03")  # text only: seconds, last line wins
