@@ -108,7 +108,10 @@ ReplayForward = Annotated[str | None, typer.Option(
     help="comma list of replay forward variants (default inline,precompute): inline (token by token) | precompute (the round's "
          f"products on tensor cores at {DEFAULT_PRECISION}, fp32-contract accuracy; outputs compared by tolerance only) | "
          f"{' | '.join('precompute-' + p for p in PRECISIONS if p != DEFAULT_PRECISION)} (the same at that dot precision; "
-         "tf32 is outside the fp32 contract and reported beside)")]
+         "tf32 is outside the fp32 contract and reported beside) | matrix (precompute, and the history folds as matrix "
+         "products too: states by tolerance, not bitwise; fp32 history only) | "
+         f"{' | '.join('matrix-' + p for p in PRECISIONS if p not in (DEFAULT_PRECISION, 'tf32'))} (the same at that "
+         "dot precision)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Gates = Annotated[str | None, typer.Option(
     help="gate inputs (default random): random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "

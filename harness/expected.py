@@ -6,7 +6,7 @@ and every (variant, backend) of a KV page case, must show up as rows whose statu
 only other statuses accepted are the ones the spec predicts:
 
 * `unsupported` where SPEC says so: compact without drafts (§3: compact stores a verify round's
-  records). (A TP degree that does not divide a hybrid preset's SSM heads is refused when planning, so a
+  records); replay's `matrix*` variants with a bf16 history (their fold reads the stored d's). (A TP degree that does not divide a hybrid preset's SSM heads is refused when planning, so a
   state page is never expected to be unsupported);
 * `oom` where the memory budget predicted it: the pool of the row's predicted bytes per request
   (§3 formulas) for the whole batch does not fit in the device memory free now.
@@ -53,8 +53,10 @@ def check_case(label: str, case: Any, rows: list[dict[str, Any]], device: str) -
 
 
 def _check_ssm(label: str, case: Any, rows: list[dict[str, Any]], device: str) -> list[RowCheck]:
+    import torch
+
     from scenarios.ssm_engine import Variant, label as variant_label
-    from states.base import BACKENDS
+    from states.base import BACKENDS, MATRIX_FOLD_PRECISION
 
     checks = []
     # from the case's own axes, not from the engine's run list: a variant the engine drops is still expected
@@ -63,6 +65,8 @@ def _check_ssm(label: str, case: Any, rows: list[dict[str, Any]], device: str) -
     for v in expected:
         mine = [r for r in rows if (r.get("mode"), r.get("variant") or "", r.get("backend")) == tuple(v)]
         allowed = "compact mode needs drafts (docs/CONTRACTS.md)" if v.mode == "compact" and case.drafts < 1 else ""
+        if v.mode == "replay" and v.variant in MATRIX_FOLD_PRECISION and case.history_dtype != torch.float32:
+            allowed = "replay's matrix fold reads the stored d's, so it needs an fp32 history (docs/CONTRACTS.md)"
         checks.append(_judge(label, variant_label(v), mine, allowed, case.batch, device))
     return checks
 

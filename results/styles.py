@@ -41,6 +41,11 @@ FIXED: dict[str, Style] = {
     "replay-precompute-bf16x3": Style("C8", ">"),
     "replay-precompute-bf16x6": Style("C6", "p"),
     "replay-precompute-tf32": Style("C3", "h"),
+    # replay's matrix fold, per dot precision (greens, as replay's own)
+    "replay-matrix": Style("#31a354", "H"),
+    "replay-matrix-tf32x3": Style("#74c476", "H"),
+    "replay-matrix-bf16x3": Style("#006d2c", "H"),
+    "replay-matrix-bf16x6": Style("#a1d99b", "H"),
     # compact's verify in matrix form, per dot precision (orange-to-brown, as compact's own)
     "compact-accept-precompute": Style("#e6550d", "P"),
     "compact-accept-precompute-tf32x3": Style("#fdae6b", "X"),

@@ -33,6 +33,7 @@ from scenarios.ssm_memory import ssm_case_memory
 from scenarios.ssm_options import plan_ssm
 from scenarios.ssm_scenarios import workload_for
 from states import MODES, SSMState, make_state
+from states.base import exact_fold
 from states.params import TokenInputs
 
 CONV_DIMS = ("request", "layer", "channel", "column")
@@ -118,8 +119,11 @@ class CheckpointRestore:
                 fresh = pools[b].alloc(p)
                 pools[b].load(fresh, *snaps[a])
                 replayed = _replay(pools[b], fresh, wl, r0, p)
-                # a bf16 replay checkpoint materialized at r0 rounds once more than the uninterrupted pool
-                exact = _bitwise(snaps[a], snaps[b]) and not (b.mode == "replay" and case.state_dtype != torch.float32)
+                # a bf16 replay checkpoint materialized at r0 rounds once more than the uninterrupted pool, and
+                # replay's matrix fold sums the records before and after r0 in one product where the restored
+                # pool folds them in two: both restore within the contract's tolerance, not bit for bit
+                exact = _bitwise(snaps[a], snaps[b]) and not (
+                    b.mode == "replay" and (case.state_dtype != torch.float32 or not exact_fold(b.mode, b.variant)))
                 kw = {"policy": "bitwise"} if exact else {
                     "policy": "rms", "tolerance": tolerances.backend_rms(g.family, case.state_dtype)}
                 # A restored replay pool starts from the materialized checkpoint with no history, the

@@ -21,7 +21,7 @@ import torch
 
 from kernels.ssm.baselines.base import PoolSpec
 from kernels.ssm.baselines.sglang import ring_len
-from states.base import PRECOMPUTE_PRECISION, StateConfig, _nbytes
+from states.base import MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, StateConfig, _nbytes
 from states.geometry import SSMGeometry
 
 
@@ -101,8 +101,10 @@ def replay_round_bytes(
     c = counts.long().cpu()
     fold = (c + w > cfg.history_len) & (w > 0)
     gate = g.value_heads * g.gate_width * 4
-    checkpoint_passes = 2 if cfg.mode_variant in PRECOMPUTE_PRECISION else 1
-    fold_bytes = (fold * (checkpoint_passes * tb.state + c * (tb.raw + gate))).sum()
+    checkpoint_passes = 2 if cfg.mode_variant in REPLAY_MATRIX_FORWARD else 1
+    # the token fold replays the raw records; the matrix fold reads the derived ones (k, d, log gate)
+    per_record = tb.derived if cfg.mode_variant in MATRIX_FOLD_PRECISION else tb.raw + gate
+    fold_bytes = (fold * (checkpoint_passes * tb.state + c * per_record)).sum()
     c_after = torch.where(fold, 0, c)
     forward = ((w > 0) * (tb.state + c_after * tb.derived) + w * (tb.derived + tb.raw)).sum()
     return _common(tb, g, w) + float(fold_bytes + forward) * g.layers

@@ -35,12 +35,14 @@ from kernels.ssm.configs import (
     NATIVE_VERIFY,
     REPLAY_FOLD,
     REPLAY_FORWARD,
+    REPLAY_MATRIX_FOLD,
     REPLAY_PRECOMPUTE,
     Config,
 )
 from kernels.ssm.conv import causal_conv_update
 from kernels.ssm.native import native_verify
 from kernels.ssm.replay import replay_fold, replay_forward
+from kernels.ssm.replay_matrix_fold import matrix_fold_supported, replay_matrix_fold
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
 from states import StateConfig, make_state
 from states.base import SSMState, _nbytes
@@ -48,7 +50,7 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE)
+         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,14 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         dst = torch.empty(n, 1, HV, K, V, dtype=state_dtype, device=device)
         add(REPLAY_FOLD, REPLAY_FOLD, lambda c: replay_fold(rep._pool, slots, fold_from, c, dst=dst),
             n * (2 * state + count * (raw + HV * gw * 4)))
+    if REPLAY_MATRIX_FOLD in names and matrix_fold_supported(K, V, base.history_dtype) is None:
+        mat, _ = _pool(geom, params, replace(base, mode="replay", variant="matrix"), seed)
+        count = history_len
+        fold_from = torch.full((n,), count, dtype=torch.int32, device=device)
+        dst = torch.empty(n, 1, HV, K, V, dtype=state_dtype, device=device)
+        add(REPLAY_MATRIX_FOLD, REPLAY_MATRIX_FOLD,
+            lambda c: replay_matrix_fold(mat._pool, slots, fold_from, c, dst=dst, **prec),
+            n * (2 * state + count * derived))
     if REPLAY_PRECOMPUTE in names and precompute_supported(K, V, geom.family, W, lb) is None:
         pre, _ = _pool(geom, params, replace(base, mode="replay", variant="precompute"), seed)
         pre.cursor[:n] = history

@@ -30,7 +30,7 @@ from scenarios.base import RunContext, TuneJob
 from scenarios.options import check_device, given, parse_batches, parse_dtype
 from scenarios.ssm_workload import AcceptModel, build_workload
 from states import make_state
-from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig, precompute_precision
+from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig, exact_fold, precompute_precision
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
@@ -40,6 +40,7 @@ _MODE_OF = {
     "deferred-verify": ("compact", "deferred"), "compact-commit": ("compact", "accept"),
     "replay-forward": ("replay", "inline"), "replay-fold": ("replay", "inline"),
     "replay-precompute": ("replay", "precompute"), "compact-precompute": ("compact", "accept-precompute"),
+    "replay-matrix-fold": ("replay", "matrix"),
     "conv": ("native", ""),
 }
 
@@ -145,10 +146,15 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
                 if not all(_same_bytes(a, b) for a, b in zip(snap, n_snap, strict=True)):
                     return False, f"{mode} committed state differs from native's default config bit for bit"
                 said.append("states bitwise == native" if matrix else "bitwise == native")
-            elif cfg.state_dtype == torch.float32:
+            elif cfg.state_dtype == torch.float32 and exact_fold(mode, variant):
                 if not torch.equal(snap[0], n_snap[0]):
                     return False, "replay fold differs from native state bit for bit"
                 said.append("fold bitwise == native")
+            elif cfg.state_dtype == torch.float32:  # the matrix fold: native's state within the fp32 contract
+                worst = _rms(snap[0], n_snap[0])
+                if worst > bound:
+                    return False, f"replay matrix fold vs native state RMS {worst:.3g} (bound {bound:.3g})"
+                said.append(f"fold vs native RMS {worst:.3g}")
             if mode != "compact" or matrix:
                 limit = tolerances.variant_output_rms(variant, bound)
                 ref = inputs["ref"]["native" if matrix else mode][0]  # torch computes compact as native does
@@ -179,7 +185,8 @@ def cpu_space(space: list[dict], default: dict, device: str) -> list[dict]:
 
 def kernels_of(geom: SSMGeometry, cfg: StateConfig) -> list[str]:
     """The kernels a case of this geometry and width launches: compact needs drafts; the precompute
-    forward needs tensor-core tiles."""
+    forward and the matrix fold need tensor-core tiles, and the matrix fold an fp32 history."""
+    from kernels.ssm.replay_matrix_fold import matrix_fold_supported
     from kernels.ssm.replay_precompute import precompute_supported
 
     kernels = ["native-verify", "conv", "replay-forward", "replay-fold"]
@@ -189,6 +196,8 @@ def kernels_of(geom: SSMGeometry, cfg: StateConfig) -> list[str]:
         kernels.append("replay-precompute")
         if cfg.drafts >= 1:
             kernels.append("compact-precompute")
+        if matrix_fold_supported(geom.head_k_dim, geom.head_v_dim, cfg.history_dtype) is None:
+            kernels.append("replay-matrix-fold")
     return kernels
 
 

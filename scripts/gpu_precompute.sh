@@ -13,7 +13,8 @@
 # Usage: OUT=/tmp/p bash scripts/gpu_precompute.sh
 #   BATCH=128 PRECISIONS=ieee,tf32x3,bf16x3,bf16x6,tf32 BV=32,64,128 WARPS=2,4,8 BK=32,64 STAGES=1,2 JOBS=16
 #   STEPS="tests sweep bounds" TESTS_K=precompute BOUNDS_DTYPES="fp32 bf16" GATES=long-memory,random
-#   KERNELS=replay-precompute,... (bench_kernels' names; compact-precompute for compact's matrix verify)
+#   KERNELS=replay-precompute,... (bench_kernels' names; compact-precompute for compact's matrix verify,
+#   replay-matrix-fold beside replay-fold for the matrix fold)   REPLAY_VARIANTS=inline,matrix,... (bounds)
 #   BOUNDS_MODES=native,replay (native,compact,replay: compact's accept-precompute variants too)
 #   TESTS_S / SWEEP_S / BOUNDS_S: each step's time limit in seconds
 set -uo pipefail
@@ -28,13 +29,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total 
 cat "$OUT/gpu.txt"
 compact_variants="accept,accept-precompute$(IFS=,; for p in $PRECISIONS; do [ "$p" = "$($PY -c 'from kernels.ssm.dot_precision import DEFAULT_PRECISION as d; print(d)')" ] || printf ',accept-precompute-%s' "$p"; done)"
 variants="inline,precompute$(IFS=,; for p in $PRECISIONS; do [ "$p" = "$($PY -c 'from kernels.ssm.dot_precision import DEFAULT_PRECISION as d; print(d)')" ] || printf ',precompute-%s' "$p"; done)"
+variants=${REPLAY_VARIANTS:-$variants}  # e.g. inline,matrix,matrix-bf16x3 for the matrix fold's states
 
 for s in $STEPS; do
   t0=$SECONDS
   case $s in
     tests)
       timeout "${TESTS_S:-180}" $PY -m pytest -q -x -p no:cacheprovider tests/test_triton_replay.py \
-        tests/test_triton_compact_precompute.py -m "slow or not slow" -k "${TESTS_K:-precompute}" > "$OUT/tests.txt" 2>&1
+        tests/test_triton_compact_precompute.py tests/test_triton_replay_matrix_fold.py -m "slow or not slow" -k "${TESTS_K:-precompute}" > "$OUT/tests.txt" 2>&1
       tail -3 "$OUT/tests.txt" ;;
     sweep)
       timeout "${SWEEP_S:-330}" $PY scripts/bench_kernels.py --preset "${PRESET:-qwen3-next}" --batch "${BATCH:-128}" \

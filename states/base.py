@@ -40,7 +40,7 @@ ACT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 # Variants of each mode, the default first (SPEC §3). They store and compute differently but keep the
 # mode's contracts: every compact variant commits native's states bit for bit (accept and deferred its outputs
-# too); every replay variant folds exactly.
+# too); every replay variant but `matrix*` (below) folds exactly.
 # Replay's `precompute` runs its products on tensor cores at the precision that keeps the fp32 contract
 # (kernels/ssm/replay_precompute.py); `precompute-<precision>` names each other precision it can take,
 # measured beside it (plain `tf32` is outside the fp32 contract: SPEC §5, tensor-core variants).
@@ -50,18 +50,32 @@ PRECOMPUTE_PRECISION: dict[str, str] = {
 # its verify outputs from the same matrix form with an empty history (kernels/ssm/compact_precompute.py);
 # `accept-precompute-<precision>` as above.
 COMPACT_PRECOMPUTE_PRECISION: dict[str, str] = {f"accept-{v}": p for v, p in PRECOMPUTE_PRECISION.items()}
+# Replay's `matrix` runs the precompute forward and folds in matrix form too (kernels/ssm/replay_matrix_fold.py):
+# its folded states are not native's bit for bit but within the fp32 contract (SPEC §5), so it is a labelled
+# variant beside the exact ones; `matrix-<precision>` for the other precisions that keep that contract (plain
+# tf32 would put ~1e-3 into every fold of the state, so it has none). fp32 history only.
+MATRIX_FOLD_PRECISION: dict[str, str] = {
+    "matrix": DEFAULT_PRECISION, **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
+# every replay variant whose forward is the precompute kernel, with its precision
+REPLAY_MATRIX_FORWARD: dict[str, str] = {**PRECOMPUTE_PRECISION, **MATRIX_FOLD_PRECISION}
 MODE_VARIANTS: dict[str, tuple[str, ...]] = {
     "native": ("",),
     "compact": ("accept", "deferred", *COMPACT_PRECOMPUTE_PRECISION),
-    "replay": ("inline", *PRECOMPUTE_PRECISION),
+    "replay": ("inline", *REPLAY_MATRIX_FORWARD),
 }
 
 
 def precompute_precision(mode: str, variant: str) -> str | None:
-    """The dot precision of a variant whose outputs come from the matrix form (replay `precompute*`,
-    compact `accept-precompute*`), or None for the token-loop variants."""
-    table = {"replay": PRECOMPUTE_PRECISION, "compact": COMPACT_PRECOMPUTE_PRECISION}.get(mode, {})
+    """The dot precision of a variant whose outputs come from the matrix form (replay `precompute*` and
+    `matrix*`, compact `accept-precompute*`), or None for the token-loop variants."""
+    table = {"replay": REPLAY_MATRIX_FORWARD, "compact": COMPACT_PRECOMPUTE_PRECISION}.get(mode, {})
     return table.get(variant)
+
+
+def exact_fold(mode: str, variant: str) -> bool:
+    """Whether the variant's committed or folded states are native's bit for bit with an fp32 state (every
+    variant but replay's `matrix*`, whose states are held to the fp32 contract's tolerance)."""
+    return not (mode == "replay" and variant in MATRIX_FOLD_PRECISION)
 
 
 def mode_variant(mode: str, variant: str) -> str:
@@ -89,7 +103,8 @@ class StateConfig:
         history_dtype: replay derived-record dtype (normalized k and corrected value d).
         variant: the mode's variant (`MODE_VARIANTS`): compact `accept | deferred` (when a round's
             accepted records reach the state; `accept-precompute*`: accept with a matrix-form verify),
-            replay `inline | precompute*` (how forward projects the checkpoint); native has one. Empty means the mode's first (default) variant.
+            replay `inline | precompute* | matrix*` (how forward projects the checkpoint, and for `matrix*`
+            how the history folds); native has one. Empty means the mode's first (default) variant.
         backend: `torch` or `triton`.
         device: where the pool lives.
     """

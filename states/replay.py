@@ -19,24 +19,28 @@ from __future__ import annotations
 import torch
 
 from kernels.common.torch_ops import decay_from_log_gate, expand_heads, l2norm, seq_sum
-from kernels.ssm.configs import CONV, REPLAY_FOLD, REPLAY_FORWARD, REPLAY_PRECOMPUTE
+from kernels.ssm.configs import CONV, REPLAY_FOLD, REPLAY_FORWARD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
+from kernels.ssm.replay_matrix_fold import matrix_fold_supported, replay_matrix_fold
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
-from states.base import DTYPE_NAMES, PRECOMPUTE_PRECISION, Round, SSMState, StateConfig, _nbytes
+from states.base import (DTYPE_NAMES, MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, Round, SSMState, StateConfig,
+                         _nbytes)
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
 
 class ReplayState(SSMState):
     """Replay pool. On the triton backend `kernel_configs` holds `{kernel: config}` for the forward
-    (`replay-forward`, which folds inside, or `replay-precompute`), `replay-fold` (snapshots,
-    materialize, and the precompute variants' folds) and `conv`.
+    (`replay-forward`, which folds inside, or `replay-precompute`), the fold (`replay-fold`: snapshots,
+    materialize, and the precompute variants' folds; `replay-matrix-fold` for the matrix variants) and
+    `conv`.
 
     Variants: `inline` walks the round token by token; `precompute` runs the round's products on
-    tensor cores (kernels/ssm/replay_precompute.py), at the precision `PRECOMPUTE_PRECISION` names
+    tensor cores (kernels/ssm/replay_precompute.py), at the precision `REPLAY_MATRIX_FORWARD` names
     (`precompute-<precision>` for the others), with a layer's folds in a fold launch just before it.
-    Every variant folds through native's step. The torch backend computes all with the same reference
-    formula."""
+    Those fold through native's step; `matrix*` runs the same forward and folds in matrix form from the
+    stored d's (kernels/ssm/replay_matrix_fold.py; states within the fp32 contract, not bitwise). The torch
+    backend computes the forward of all with the same reference formula, and each fold as its variant does."""
 
     mode = "replay"
 
@@ -55,8 +59,12 @@ class ReplayState(SSMState):
             raise ValueError(f"history length {Lh} is shorter than the verify width W = {cfg.width}")
         if cfg.history_dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"history dtype must be fp32 or bf16, got {DTYPE_NAMES.get(cfg.history_dtype)}")
-        if cfg.mode_variant in PRECOMPUTE_PRECISION and cfg.backend == "triton":
+        if cfg.mode_variant in REPLAY_MATRIX_FORWARD and cfg.backend == "triton":
             why = precompute_supported(geom.head_k_dim, geom.head_v_dim, geom.family, cfg.width, geom.lower_bound)
+            if why:
+                raise ValueError(why)
+        if cfg.mode_variant in MATRIX_FOLD_PRECISION:  # both backends: the torch fold reads the same d's
+            why = matrix_fold_supported(geom.head_k_dim, geom.head_v_dim, cfg.history_dtype)
             if why:
                 raise ValueError(why)
 
@@ -79,9 +87,21 @@ class ReplayState(SSMState):
         # triton launch configs by kernel (kernels/ssm/configs.py); the autotuner replaces them
         self.kernel_configs = self._default_kernel_configs()
 
+    @property
+    def _matrix_fold(self) -> bool:
+        return self.cfg.mode_variant in MATRIX_FOLD_PRECISION
+
     def kernels(self) -> tuple[str, ...]:
-        forward = REPLAY_PRECOMPUTE if self.cfg.mode_variant in PRECOMPUTE_PRECISION else REPLAY_FORWARD
-        return (forward, REPLAY_FOLD, CONV)
+        forward = REPLAY_PRECOMPUTE if self.cfg.mode_variant in REPLAY_MATRIX_FORWARD else REPLAY_FORWARD
+        return (forward, REPLAY_MATRIX_FOLD if self._matrix_fold else REPLAY_FOLD, CONV)
+
+    def _fold_launch(self, slots: torch.Tensor, fold_from: torch.Tensor, **where) -> None:
+        """The variant's fold kernel over `slots` (`dst` / `layer` as `replay_fold` takes them)."""
+        if self._matrix_fold:
+            replay_matrix_fold(self._pool, slots, fold_from, self.kernel_configs[REPLAY_MATRIX_FOLD],
+                               precision=MATRIX_FOLD_PRECISION[self.cfg.mode_variant], **where)
+        else:
+            replay_fold(self._pool, slots, fold_from, self.kernel_configs[REPLAY_FOLD], **where)
 
     def _pool_tensors(self) -> dict[str, torch.Tensor]:
         return {
@@ -118,6 +138,8 @@ class ReplayState(SSMState):
     # ------------------------------------------------------------------ fold / materialize
     def _fold(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
         """Checkpoint of `slots` with their accepted records replayed, fp32 (not rounded, not written)."""
+        if self._matrix_fold:
+            return self._fold_matrix(layer, slots)
         count, base = self._count_base(slots)
         S = self.ssm[layer, slots].float()
         step = self._step()
@@ -132,6 +154,28 @@ class ReplayState(SSMState):
             )
             S = torch.where((j < count)[:, None, None, None], S_new, S)
         return S
+
+    def _fold_matrix(self, layer: int, slots: torch.Tensor) -> torch.Tensor:
+        """The matrix variants' fold (kernels/ssm/replay_matrix_fold.py), from the derived records:
+        `e^{G_c} S0 + (Kd e^{rel})^T Dd`, fp32 (not rounded, not written)."""
+        g, Lh = self.geom, self.cfg.history_len
+        count, base = self._count_base(slots)
+        S0 = self.ssm[layer, slots].float()
+        pos = base[:, None] + torch.arange(Lh, device=S0.device)  # [n, Lh] -> ring position
+        live = (torch.arange(Lh, device=S0.device)[None, :] < count[:, None])[:, None, :]  # [n, 1, Lh]
+        kd = expand_heads(_gather_positions(self.hist_k[layer, slots], pos).float(), g.group)  # [n, HV, Lh, K]
+        dd = _gather_positions(self.hist_d[layer, slots], pos).float() * live[..., None]  # [n, HV, Lh, V]
+        hg = _gather_positions(self.hist_g[layer, slots], pos)  # [n, HV, Lh(, K)]
+        hg = hg * (live if g.family == "gdn" else live[..., None])
+        # gates after record j: the reverse cumsum of the gates shifted by one (as the kernel sums them)
+        shifted = torch.cat([hg[:, :, 1:], torch.zeros_like(hg[:, :, :1])], dim=2)
+        after = torch.flip(torch.cumsum(torch.flip(shifted, [2]), 2), [2])
+        total = hg.sum(2)  # [n, HV(, K)]
+        if g.family == "gdn":
+            kd, S = kd * torch.exp(after)[..., None], S0 * torch.exp(total)[..., None, None]
+        else:
+            kd, S = kd * torch.exp(after), S0 * torch.exp(total)[..., None]
+        return S + torch.einsum("nhjk,nhjv->nhkv", kd, dd)
 
     def materialize(self, slots: torch.Tensor) -> None:
         """Fold the accepted history of `slots` into their checkpoints (boundaries: prefill, export)."""
@@ -148,7 +192,7 @@ class ReplayState(SSMState):
         self._flip(slots)
 
     def _fold_triton(self, slots: torch.Tensor) -> None:
-        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[REPLAY_FOLD])
+        self._fold_launch(slots, self.cursor[slots])
         self._flip(slots)
 
     def _flip(self, slots: torch.Tensor) -> None:
@@ -225,12 +269,12 @@ class ReplayState(SSMState):
     def _forward_triton(self, layer: int, inputs: TokenInputs, rnd: Round) -> torch.Tensor:
         p, g = self.params, self.geom
         qkv = self._conv_triton(layer, inputs, rnd)
-        if self.cfg.mode_variant in PRECOMPUTE_PRECISION:
-            replay_fold(self._pool, rnd.slots, self._fold_from, self.kernel_configs[REPLAY_FOLD], layer=layer)
+        if self.cfg.mode_variant in REPLAY_MATRIX_FORWARD:
+            self._fold_launch(rnd.slots, self._fold_from, layer=layer)
             return replay_precompute_forward(
                 self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
                 rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
-                precision=PRECOMPUTE_PRECISION[self.cfg.mode_variant],
+                precision=REPLAY_MATRIX_FORWARD[self.cfg.mode_variant],
             )
         return replay_forward(
             self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
@@ -252,7 +296,7 @@ class ReplayState(SSMState):
         g = self.geom
         out = torch.empty(slots.shape[0], g.layers, g.value_heads, g.head_k_dim, g.head_v_dim,
                           dtype=self.cfg.state_dtype, device=slots.device)
-        replay_fold(self._pool, slots, self.cursor[slots], self.kernel_configs[REPLAY_FOLD], dst=out)
+        self._fold_launch(slots, self.cursor[slots], dst=out)
         return out
 
     def _load_ssm(self, slots: torch.Tensor, ssm: torch.Tensor) -> None:

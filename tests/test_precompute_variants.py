@@ -3,6 +3,8 @@ comparison of theirs is judged by (the kernel's numerics: tests/test_triton_repl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -12,7 +14,7 @@ from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
 from results.store import load_run
 from scenarios import tolerances
-from states.base import MODE_VARIANTS, PRECOMPUTE_PRECISION
+from states.base import MATRIX_FOLD_PRECISION, MODE_VARIANTS, PRECOMPUTE_PRECISION, REPLAY_MATRIX_FORWARD, exact_fold
 
 runner = CliRunner()
 
@@ -22,7 +24,38 @@ def test_every_precision_is_a_named_replay_variant():
     assert PRECOMPUTE_PRECISION["precompute"] == DEFAULT_PRECISION
     named = {v: p for v, p in PRECOMPUTE_PRECISION.items() if v != "precompute"}
     assert named == {f"precompute-{p}": p for p in PRECISIONS if p != DEFAULT_PRECISION}
-    assert set(MODE_VARIANTS["replay"]) == {"inline", *PRECOMPUTE_PRECISION}
+    assert set(MODE_VARIANTS["replay"]) == {"inline", *PRECOMPUTE_PRECISION, *MATRIX_FOLD_PRECISION}
+    # the matrix fold's variants: every precision that keeps the fp32 contract on the states it folds
+    assert MATRIX_FOLD_PRECISION == {"matrix": DEFAULT_PRECISION,
+                                     **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
+    assert REPLAY_MATRIX_FORWARD == {**PRECOMPUTE_PRECISION, **MATRIX_FOLD_PRECISION}
+    assert [v for v in MODE_VARIANTS["replay"] if not exact_fold("replay", v)] == list(MATRIX_FOLD_PRECISION)
+    assert all(exact_fold("compact", v) for v in MODE_VARIANTS["compact"]) and exact_fold("native", "")
+
+
+def test_a_matrix_variant_with_a_bf16_history_is_unsupported_and_the_gate_expects_that():
+    """Both backends refuse it (the torch fold reads the same stored d's); the gate accepts that `unsupported`
+    row, and only with a bf16 history."""
+    from types import SimpleNamespace
+
+    from harness.expected import check_case
+    from states import ReplayState
+    from states.base import StateConfig
+    from states.presets import get_preset
+
+    geom = get_preset("tiny-gdn").ssm
+    for backend in ("torch", "triton"):
+        cfg = StateConfig("replay", 2, drafts=1, history_dtype=torch.bfloat16, variant="matrix", backend=backend)
+        with pytest.raises(ValueError, match="bf16 history rounds"):
+            ReplayState._validate_config(geom, cfg)
+        ReplayState._validate_config(geom, replace(cfg, history_dtype=torch.float32))  # fp32 history: fine
+    row = {"mode": "replay", "variant": "matrix", "backend": "torch", "status": "unsupported", "batch": 2}
+    for history, passes in ((torch.bfloat16, True), (torch.float32, False)):
+        case = SimpleNamespace(backends=("torch",), modes=("replay",), variants_of=lambda m: ("matrix",), drafts=1,
+                               batch=2, history_dtype=history)
+        (check,) = check_case("case", case, [row], "cpu")
+        assert check.passed is passes, check.line()
+
 
 
 def test_only_out_of_contract_variants_get_a_wider_output_bound():

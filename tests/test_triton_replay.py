@@ -78,6 +78,10 @@ CASES = [
     pytest.param(Case("tiny-gdn", torch.float32, torch.float32, "dynamic", step_bv=8, variant="precompute"),
                  marks=SLOW),
     Case("tiny-kda", torch.float32, torch.bfloat16, "fixed", materialize_at=2, variant="precompute"),
+    # matrix: the precompute forward and the matrix fold (fp32 history only); the torch backend folds the same way
+    Case("tiny-kda", torch.float32, torch.float32, "fixed", materialize_at=2, variant="matrix"),
+    pytest.param(Case("tiny-gdn", torch.bfloat16, torch.float32, "fixed", step_bv=8, variant="matrix-bf16x3"),
+                 marks=SLOW),
 ]
 PRECOMPUTE_RMS = 1e-5  # tf32x3 products: about fp32 accuracy, reassociated
 
@@ -179,7 +183,9 @@ class Fp64Reference:
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     seed = 11
-    ref_state = _build(case.preset, "replay", "torch", case.state_dtype, case.history_dtype, seed)
+    # the torch backend runs the variant's fold (the matrix one for `matrix*`), its forward is the same for all
+    ref_state = _build(case.preset, "replay", "torch", case.state_dtype, case.history_dtype, seed,
+                       variant=case.variant)
     state = _build(case.preset, "replay", "triton", case.state_dtype, case.history_dtype, seed,
                    step={**WIDE, "BV": case.step_bv}, variant=case.variant)
     geom, slots = state.geom, torch.tensor(ROWS)
@@ -197,7 +203,7 @@ def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: py
     monkeypatch.setattr(replay_state, "replay_forward", poisoned(replay_forward))
     monkeypatch.setattr(replay_state, "replay_precompute_forward", poisoned(replay_precompute_forward))
     tol = FP32_RMS if case.state_dtype == case.history_dtype == torch.float32 else BF16_RMS
-    if case.variant == "precompute":
+    if case.variant != "inline":
         tol = max(tol, PRECOMPUTE_RMS)
     gen = torch.Generator().manual_seed(seed + 1)
     P = 2 * LH

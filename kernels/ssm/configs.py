@@ -13,6 +13,7 @@ on different configs). Kernels, by the name used in code, caches and result colu
     replay-forward     replay inline forward (folds inside when a row's history is full)
     replay-fold        replay fold of every layer (snapshot, materialize)
     replay-precompute  replay precompute forward (tensor cores)
+    replay-matrix-fold replay fold in matrix form, matrix variants (tensor cores; states by tolerance)
     compact-precompute compact verify in matrix form, accept-precompute variants (tensor cores)
     conv               causal depthwise conv
 
@@ -36,6 +37,7 @@ COMPACT_COMMIT = "compact-commit"
 REPLAY_FORWARD = "replay-forward"
 REPLAY_FOLD = "replay-fold"
 REPLAY_PRECOMPUTE = "replay-precompute"
+REPLAY_MATRIX_FOLD = "replay-matrix-fold"
 COMPACT_PRECOMPUTE = "compact-precompute"
 CONV = "conv"
 
@@ -49,7 +51,7 @@ _MATRIX_AXES = {"BV": (16, 32, 64, 128), "BK": (16, 32, 64), "num_warps": (1, 2,
 _AXES: dict[str, dict[str, tuple[int, ...]]] = {
     NATIVE_VERIFY: _STEP_AXES, COMPACT_VERIFY: _STEP_AXES, DEFERRED_VERIFY: _STEP_AXES,
     COMPACT_COMMIT: _STEP_AXES, REPLAY_FORWARD: _STEP_AXES, REPLAY_FOLD: _STEP_AXES,
-    REPLAY_PRECOMPUTE: _MATRIX_AXES, COMPACT_PRECOMPUTE: _MATRIX_AXES,
+    REPLAY_PRECOMPUTE: _MATRIX_AXES, COMPACT_PRECOMPUTE: _MATRIX_AXES, REPLAY_MATRIX_FOLD: _MATRIX_AXES,
     CONV: {"BC": (32, 64, 128, 256, 512), "num_warps": (1, 2, 4, 8), "num_stages": (1,)},
 }
 KERNELS = tuple(_AXES)
@@ -67,6 +69,7 @@ _PREFERRED: dict[str, Config] = {
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_PRECOMPUTE: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
     COMPACT_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},  # h200-2026-12-03c/compact-precompute
+    REPLAY_MATRIX_FOLD: {"BV": 32, "BK": 32, "num_warps": 2, "num_stages": 2},  # not measured yet: a guess
     CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread

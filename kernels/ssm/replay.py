@@ -295,6 +295,27 @@ def replay_prepare(pool: ReplayPool, slots: torch.Tensor, widths: torch.Tensor) 
     return fold_from
 
 
+def fold_destination(pool: ReplayPool, slots: torch.Tensor, fold_from: torch.Tensor, dst: torch.Tensor | None,
+                     layer: int | None) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Where a fold writes (`replay_fold`'s and the matrix fold's arguments checked): `(dst, dst_index,
+    stride_req, stride_layer)`, the checkpoint itself at the slots when `dst` is None."""
+    L, cap, H, HV, K, V, P = pool.dims
+    n = slots.shape[0]
+    if fold_from.shape != (n,):
+        raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
+    if dst is None:
+        dst, dst_index, stride_req, stride_layer = pool.ssm, slots, pool.ssm.stride(1), pool.ssm.stride(0)
+    else:
+        if tuple(dst.shape) != (n, L, HV, K, V) or dst.dtype != pool.ssm.dtype or not dst.is_contiguous():
+            raise ValueError(f"fold destination {tuple(dst.shape)} {dst.dtype} must be a contiguous "
+                             f"{(n, L, HV, K, V)} {pool.ssm.dtype}")
+        dst_index = torch.arange(n, device=slots.device)
+        stride_req, stride_layer = dst.stride(0), dst.stride(1)
+    if layer is not None and (dst is not pool.ssm or not 0 <= layer < L):
+        raise ValueError(f"a single-layer fold is in place, layer {layer} in [0, {L})")
+    return dst, dst_index, stride_req, stride_layer
+
+
 def replay_fold(
     pool: ReplayPool,
     slots: torch.Tensor,
@@ -318,18 +339,7 @@ def replay_fold(
     """
     L, cap, H, HV, K, V, P = pool.dims
     n = slots.shape[0]
-    if fold_from.shape != (n,):
-        raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
-    if dst is None:
-        dst, dst_index, stride_req, stride_layer = pool.ssm, slots, pool.ssm.stride(1), pool.ssm.stride(0)
-    else:
-        if tuple(dst.shape) != (n, L, HV, K, V) or dst.dtype != pool.ssm.dtype or not dst.is_contiguous():
-            raise ValueError(f"fold destination {tuple(dst.shape)} {dst.dtype} must be a contiguous "
-                             f"{(n, L, HV, K, V)} {pool.ssm.dtype}")
-        dst_index = torch.arange(n, device=slots.device)
-        stride_req, stride_layer = dst.stride(0), dst.stride(1)
-    if layer is not None and (dst is not pool.ssm or not 0 <= layer < L):
-        raise ValueError(f"a single-layer fold is in place, layer {layer} in [0, {L})")
+    dst, dst_index, stride_req, stride_layer = fold_destination(pool, slots, fold_from, dst, layer)
     BV, opts = step_launch_options(REPLAY_FOLD, config, V)
     layers = L if layer is None else 1
     if n:

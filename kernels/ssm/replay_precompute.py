@@ -195,12 +195,18 @@ def matrix_launch(kernel: str, config: Config, K: int, V: int, W: int, is_kda: b
     why = precompute_supported(K, V, "kda" if is_kda else "gdn", W, lower_bound)
     if why:
         raise ValueError(why)
+    return {**matrix_blocks(kernel, config, K, V, precision), "WP": max(4, triton.next_power_of_2(W))}
+
+
+def matrix_blocks(kernel: str, config: Config, K: int, V: int, precision: str) -> dict:
+    """What every matrix-form kernel takes (`matrix_launch`, and the replay matrix fold, which has no
+    round): `KP`, `BK`, `BV`, `PREC` (ieee in the interpreter), `num_warps`, `num_stages`, fp fusion off."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
     config = check_config(kernel, config)
     KP = triton.next_power_of_2(K)
     return {"KP": KP, "BK": min(config["BK"], KP), "BV": min(config["BV"], max(16, triton.next_power_of_2(V))),
-            "WP": max(4, triton.next_power_of_2(W)), "PREC": "ieee" if interpreting() else precision,
+            "PREC": "ieee" if interpreting() else precision,
             "num_warps": config["num_warps"], "num_stages": config["num_stages"], "enable_fp_fusion": ENABLE_FP_FUSION}
 
 

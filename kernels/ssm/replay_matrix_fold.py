@@ -1,0 +1,149 @@
+"""Replay's matrix fold (SPEC §3; the `matrix*` replay variants): the accepted history folded into the
+checkpoint as one rank-`count` product per K chunk, from the derived records the forward stored.
+
+With `G_c` the history's gate total since the checkpoint and `rel_j` the gates after record `j`
+(states/replay.py's module docstring: `S_t = D(G_t) S0 + sum_{j <= t} D(G_t - G_j) k_j d_j^T`), the state
+the `count` accepted records reach is, per value head,
+
+    S = e^{G_c} ⊙ S0 + (Kd ⊙ e^{rel})^T Dd          [K, V]
+    Kd [J, K]: the records' normalized keys (hist_k),  Dd [J, V]: their corrected values d (hist_d)
+
+One program folds one `[K, BV]` block of one (row, layer, value head): per chunk of `BK` key columns it
+loads `S0 [BK, BV]`, decays it, adds one `tl.dot` of `[BK, J] x [J, BV]` (`J`: Lh padded to >= 16, the
+smallest tensor-core reduction), rounds once to the state dtype and stores. No token loop: the fold reads
+the block once and writes it once, where the token fold (kernels/ssm/replay.py, `replay_fold`) steps the
+block through every record in turn with CUDA-core FMAs.
+
+Why it is a separate variant, never bitwise: native's step adds each record's `k d^T` to the decayed state
+one at a time; here the records' contributions are summed in a dot and decayed by one factor each, so the
+fp32 sums associate differently (a few ulps), and the d's are the forward's own (a precompute forward's d's
+are inside the fp32 contract of native's, not equal to them). Its states are held to the fp32 contract's
+tolerance against native (docs/CONTRACTS.md). A bf16 history stores the d's rounded to bf16, which this fold
+would carry into the checkpoint on every fold (the token fold replays the raw records instead): the
+variants refuse one (`matrix_fold_supported`).
+
+GDN's gates are scalars per token, so `e^{rel_j}` scales the rows of `Dd` once per program; KDA's are `[K]`
+vectors per token, so they scale `Kd`'s columns chunk by chunk. Every exponent is <= 0.
+
+Config `replay-matrix-fold`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.ssm.configs import REPLAY_MATRIX_FOLD, Config
+from kernels.ssm.dot_precision import DEFAULT_PRECISION
+from kernels.ssm.replay import ReplayPool, fold_destination
+from kernels.ssm.replay_precompute import matrix_blocks
+from kernels.ssm.step import round_to
+
+
+@triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
+def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst, dst_index,
+                              dst_stride_req, dst_stride_layer, cap, layer0,
+                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr,
+                              J: tl.constexpr, IS_KDA: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr,
+                              BV: tl.constexpr, PREC: tl.constexpr):
+    """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards) and
+    value head of a row with `fold_from[r] >= 0`, and store it, rounded once, at `dst + dst_index[r] *
+    dst_stride_req + layer * dst_stride_layer`. KP: K padded to a power of two."""
+    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    old_cursor = tl.load(fold_from + i_n)
+    if old_cursor < 0:
+        return
+    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
+    i_h = i_hv // (HV // H)
+    GW: tl.constexpr = K if IS_KDA else 1
+    slot = tl.load(slots + i_n).to(tl.int64)
+    row = i_l * cap + slot  # int64 through slot
+    count = old_cursor % P
+    base = (old_cursor // P) * (P // 2)
+    o_j = tl.arange(0, J)  # record since the checkpoint
+    m_j = o_j < count
+    m_jn = (o_j + 1) < count
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    p_hk = hist_k + (row * H + i_h) * P * K
+    p_hg = hist_g + (row * HV + i_hv) * P * GW
+    b_dd = tl.load(hist_d + ((row * HV + i_hv) * P + base + o_j)[:, None] * V + o_v[None, :],
+                   mask=m_j[:, None] & m_v[None, :], other=0.0).to(tl.float32)  # [J, BV]
+    if not IS_KDA:
+        b_ec = tl.exp(tl.sum(tl.load(p_hg + base + o_j, mask=m_j, other=0.0), 0))  # e^{G_c}
+        # record j decays by the gates after it: a reverse cumsum of the gates shifted by one
+        b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_jn, other=0.0), 0, reverse=True)
+        b_dd = b_dd * tl.exp(b_rel)[:, None]
+    p_s0 = ssm + (row * HV + i_hv) * K * V
+    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
+             + i_hv * K * V)
+    for k0 in range(0, KP, BK):
+        o_k = k0 + tl.arange(0, BK)
+        m_k = o_k < K
+        m_h = m_k[:, None] & m_v[None, :]
+        m_jk = m_j[:, None] & m_k[None, :]
+        b_s = tl.load(p_s0 + o_k[:, None] * V + o_v[None, :], mask=m_h, other=0.0).to(tl.float32)  # [BK, BV]
+        b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+        if IS_KDA:
+            b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0)
+            b_hn = tl.load(p_hg + (base + o_j + 1)[:, None] * K + o_k[None, :], mask=m_jn[:, None] & m_k[None, :],
+                           other=0.0)
+            b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
+            b_s = b_s * tl.exp(tl.sum(b_hg, 0))[:, None]
+        else:
+            b_s = b_s * b_ec
+        b_s = tl.dot(tl.trans(b_kd), b_dd, b_s, input_precision=PREC)
+        tl.store(p_dst + o_k[:, None] * V + o_v[None, :], round_to(b_s, ssm.dtype.element_ty), mask=m_h)
+
+
+def matrix_fold_supported(K: int, V: int, history_dtype: torch.dtype) -> str | None:
+    """Why a pool cannot fold in matrix form, or None: tensor-core reductions are >= 16 wide, and the fold
+    reads the stored d's, which must be fp32 (a bf16 history's would round the checkpoint on every fold)."""
+    if K < 16 or V < 16:
+        return f"the matrix fold needs K >= 16 and V >= 16 (tensor-core tiles), got K={K}, V={V}"
+    if history_dtype != torch.float32:
+        return ("the matrix fold reads the stored d's, which a bf16 history rounds: the checkpoint would take "
+                "that rounding on every fold (use --history-dtype fp32, or a replay variant that folds token by "
+                "token)")
+    return None
+
+
+def replay_matrix_fold(
+    pool: ReplayPool,
+    slots: torch.Tensor,
+    fold_from: torch.Tensor,
+    config: Config,
+    dst: torch.Tensor | None = None,
+    layer: int | None = None,
+    precision: str = DEFAULT_PRECISION,
+) -> None:
+    """Fold the derived records of every layer (or of `layer` only) into the checkpoint (or a copy of it) in
+    matrix form, rounding once. The same interface as `replay_fold`; states within the fp32 contract of
+    native's, not bitwise (module docstring).
+
+    Args:
+        pool: the replay pool, fp32 history (`matrix_fold_supported`); only read unless `dst` is None.
+        slots: `[n]` int64            # slot: [batch row] -> pool row (distinct)
+        fold_from: `[n]` int32        # batch row -> cursor whose records to fold; -1 leaves the row alone
+        config: a `replay-matrix-fold` config (`BV`, `BK` >= 16, `num_warps`, `num_stages`).
+        dst: None to write the checkpoint `pool.ssm` in place, or a contiguous `[n, L, HV, K, V]` in the
+            state dtype to receive the folded states (snapshot).
+        layer: fold this layer only (in place; the matrix variants fold layer by layer before the forward).
+        precision: `tl.dot` input precision of the product (`PRECISIONS`); the interpreter computes it in
+            fp32 whatever is asked.
+    """
+    L, cap, H, HV, K, V, P = pool.dims
+    why = matrix_fold_supported(K, V, pool.hist_d.dtype)
+    if why:
+        raise ValueError(why)
+    n = slots.shape[0]
+    dst, dst_index, stride_req, stride_layer = fold_destination(pool, slots, fold_from, dst, layer)
+    opts = matrix_blocks(REPLAY_MATRIX_FOLD, config, K, V, precision)
+    layers = L if layer is None else 1
+    if n:
+        replay_matrix_fold_kernel[(triton.cdiv(V, opts["BV"]), n, layers * HV)](
+            pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, slots, fold_from, dst, dst_index,
+            stride_req, stride_layer, cap, layer or 0,
+            H=H, HV=HV, K=K, V=V, P=P, J=max(16, P // 2), IS_KDA=pool.is_kda, **opts,
+        )
