@@ -28,6 +28,9 @@ FP32_RMS = 1e-5
 #   bf16 state, random gates: native vs fp64 5.4e-3/3.7e-3 (gdn), 2.0e-3/2.9e-3 (kda); replay 2.2e-3/2.7e-3
 #   fp32 state, bf16 history, replay outputs vs fp64: 3.0e-3 (gdn), 3.7e-3 (kda); states stay fp32-exact
 #   fp32 state, every comparison, both gates: 1.2e-7 .. 6.5e-7 (the 1e-5 bound above)
+#   replay `matrix` (the matrix fold, states not bitwise), torch backend, tiny: fp32 states vs fp64 <= 2.0e-7 and vs
+#   native <= 3.4e-7, outputs <= 6.0e-7; bf16 state as replay's (long-memory 4.6e-3 / 3.5e-3) (results/reference/
+#   cpu-2026-12-04/bounds-replay-matrix.md), so it takes replay's bounds above, states included
 #   Triton in the interpreter, bf16 state, long-memory, 256 tokens: native vs fp64 1.3e-2 (gdn) / 1.7e-2 (kda),
 #   replay vs fp64 3.3e-3 / 3.6e-3 (as torch); triton vs torch of the same mode up to 3.9e-3 / 2.2e-3
 #
