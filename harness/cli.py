@@ -103,7 +103,8 @@ CompactCommit = Annotated[str | None, typer.Option(
          "it loads anyway) | accept-precompute (accept, its verify outputs as matrix products at "
          f"{DEFAULT_PRECISION}; states bitwise, outputs by tolerance) | "
          f"{' | '.join('accept-precompute-' + p for p in PRECISIONS if p != DEFAULT_PRECISION)} (the same at that dot "
-         "precision; tf32 is outside the fp32 contract)")]
+         "precision; tf32 is outside the fp32 contract) | deferred-precompute, deferred-precompute-<precision> (deferred, "
+         "its verify outputs as matrix products after the bitwise commit of the pending records)")]
 ReplayForward = Annotated[str | None, typer.Option(
     help="comma list of replay forward variants (default inline,precompute): inline (token by token) | precompute (the round's "
          f"products on tensor cores at {DEFAULT_PRECISION}, fp32-contract accuracy; outputs compared by tolerance only) | "

@@ -52,10 +52,11 @@ GATE_OPTIONS = {"snapshot_every": 1, "snapshot_requests": "all", "compact_commit
 # Where the Triton kernels run (the model cases, the interpreter cases) compact's matrix-form verify runs too;
 # on the torch backend alone it is `accept` again (states/compact.py), so the torch-only cases leave it out.
 KERNEL_GATE_OPTIONS = {**GATE_OPTIONS, "compact_commit": "accept,deferred,accept-precompute"}
-# Replay's `matrix` (the matrix fold, states by tolerance) runs in the interpreter cases; the model gate takes it
-# once it has passed there on an H200 (issue 25's next GPU step), so a GPU runner's gate never judges a kernel
-# that no GPU has compiled yet.
-INTERPRETER_GATE_OPTIONS = {**KERNEL_GATE_OPTIONS, "replay_forward": "inline,precompute,matrix"}
+# Replay's `matrix` (the matrix fold, states by tolerance) and compact's `deferred-precompute` run in the
+# interpreter cases; the model gate takes them once they have passed there on an H200 (issue 25's next GPU
+# step), so a GPU runner's gate never judges a kernel that no GPU has compiled yet.
+INTERPRETER_GATE_OPTIONS = {**KERNEL_GATE_OPTIONS, "replay_forward": "inline,precompute,matrix",
+                            "compact_commit": "accept,deferred,accept-precompute,deferred-precompute"}
 # Long-memory rollouts (SPEC §5: decays 0.995..0.9997, >= 1024 tokens): where bf16 state drifts most.
 LONG_MEMORY_TOKENS = 1024
 # Their accepted states are compared every 16th round and on the last (outputs on every round): with a snapshot

@@ -52,6 +52,12 @@ FIXED: dict[str, Style] = {
     "compact-accept-precompute-bf16x3": Style("#843c39", "*"),
     "compact-accept-precompute-bf16x6": Style("#a55194", "d"),
     "compact-accept-precompute-tf32": Style("#ff9896", "8"),
+    # the deferred commit with the matrix-form verify (deferred's purple family)
+    "compact-deferred-precompute": Style("#756bb1", "D"),
+    "compact-deferred-precompute-tf32x3": Style("#9e9ac8", "D"),
+    "compact-deferred-precompute-bf16x3": Style("#54278f", "D"),
+    "compact-deferred-precompute-bf16x6": Style("#bcbddc", "D"),
+    "compact-deferred-precompute-tf32": Style("#dadaeb", "D"),
 }
 # Peers and anything unforeseen: colours and markers that no fixed variant uses.
 _SPARE_COLOURS = ("#17becf", "#bcbd22", "#7b4173", "#637939", "#e7969c", "#393b79", "#8c6d31", "#d6616b",

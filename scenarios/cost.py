@@ -22,6 +22,7 @@ import torch
 from kernels.ssm.baselines.base import PoolSpec
 from kernels.ssm.baselines.sglang import ring_len
 from states.base import MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, StateConfig, _nbytes
+from states.compact import CompactState
 from states.geometry import SSMGeometry
 
 
@@ -79,7 +80,7 @@ def compact_round_bytes(g: SSMGeometry, cfg: StateConfig, widths: torch.Tensor, 
     tb, w, a = TokenBytes.of(g, cfg), widths.long().cpu(), accepted.long().cpu()
     active = (w > 0).long()
     kept = (a + 1).clamp_min(0) * tb.record
-    if cfg.mode_variant == "deferred":
+    if CompactState.is_deferred(cfg):  # deferred and deferred-precompute*: the same bytes
         per_layer = (active * 2 * tb.state + kept + w * tb.record).sum()
     else:
         verify = active * tb.state + w * tb.record

@@ -38,6 +38,7 @@ from scenarios.ssm_baselines import BaselineState, is_baseline
 from scenarios.ssm_workload import SSMWorkload
 from states import MODES, SSMState, StateConfig, make_state
 from states.base import DTYPE_NAMES, MODE_VARIANTS, exact_fold, precompute_precision
+from states.compact import CompactState
 from states.geometry import SSMGeometry
 
 SPARE_SLOTS = 2  # poisoned slots that no round touches (contract 5)
@@ -581,7 +582,7 @@ def timing_cycle(cfg: StateConfig) -> int:
     same every round and are timed one round at a time."""
     if cfg.mode == "replay":
         return 2 * -(-cfg.history_len // cfg.width)
-    if cfg.mode == "compact" and cfg.mode_variant == "deferred":
+    if cfg.mode == "compact" and CompactState.is_deferred(cfg):
         return 2
     return 1
 

@@ -31,6 +31,7 @@ from kernels.ssm.configs import (
     COMPACT_PRECOMPUTE,
     COMPACT_VERIFY,
     CONV,
+    DEFERRED_PRECOMPUTE,
     DEFERRED_VERIFY,
     NATIVE_VERIFY,
     REPLAY_FOLD,
@@ -50,7 +51,8 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE)
+         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE,
+         DEFERRED_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,11 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         add(DEFERRED_VERIFY, DEFERRED_VERIFY,
             lambda c: compact_verify(dpool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths, cu, c, lb),
             n * (2 * state + kept * record + W * (record + tok_in)))
+        if DEFERRED_PRECOMPUTE in names and precompute_supported(K, V, geom.family, W, lb) is None:
+            add(DEFERRED_PRECOMPUTE, DEFERRED_PRECOMPUTE,
+                lambda c: compact_precompute_verify(dpool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
+                                                    cu, c, lb, **prec),
+                n * (2 * state + kept * record + W * (record + tok_in)))
 
     P = 2 * history_len
     for name, fold in ((REPLAY_FORWARD, False), ("replay-forward-folding", True)):

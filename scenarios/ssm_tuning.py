@@ -40,7 +40,7 @@ _MODE_OF = {
     "deferred-verify": ("compact", "deferred"), "compact-commit": ("compact", "accept"),
     "replay-forward": ("replay", "inline"), "replay-fold": ("replay", "inline"),
     "replay-precompute": ("replay", "precompute"), "compact-precompute": ("compact", "accept-precompute"),
-    "replay-matrix-fold": ("replay", "matrix"),
+    "replay-matrix-fold": ("replay", "matrix"), "deferred-precompute": ("compact", "deferred-precompute"),
     "conv": ("native", ""),
 }
 
@@ -195,7 +195,7 @@ def kernels_of(geom: SSMGeometry, cfg: StateConfig) -> list[str]:
     if precompute_supported(geom.head_k_dim, geom.head_v_dim) is None:
         kernels.append("replay-precompute")
         if cfg.drafts >= 1:
-            kernels.append("compact-precompute")
+            kernels += ["compact-precompute", "deferred-precompute"]
         if matrix_fold_supported(geom.head_k_dim, geom.head_v_dim, cfg.history_dtype) is None:
             kernels.append("replay-matrix-fold")
     return kernels

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import env, timing  # noqa: E402
 from kernels.common.precompile import collect_compiles, compile_all  # noqa: E402
 from kernels.ssm.configs import (  # noqa: E402
-    COMPACT_PRECOMPUTE, NATIVE_VERIFY, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, config_axes, config_space, default_config)
+    COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE, NATIVE_VERIFY, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, config_axes,
+    config_space, default_config)
 from scenarios.ssm_kernels import CASES as SWEPT  # noqa: E402
 from scenarios.ssm_kernels import kernel_cases as ssm_kernel_cases  # noqa: E402
 from scenarios.ssm_peer_kernels import peer_cases  # noqa: E402
@@ -76,7 +77,7 @@ def _configs(args, geom, kernel: str) -> list[dict]:
     return out or [default_config(kernel, **dims)]
 
 
-MATRIX_KERNELS = (REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE, REPLAY_MATRIX_FOLD)  # the kernels that take a dot precision
+MATRIX_KERNELS = (REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE, REPLAY_MATRIX_FOLD, DEFERRED_PRECOMPUTE)  # the kernels that take a dot precision
 
 
 def sweep(args, geom, params, sd, n: int, keep: set[str]):

@@ -50,6 +50,11 @@ PRECOMPUTE_PRECISION: dict[str, str] = {
 # its verify outputs from the same matrix form with an empty history (kernels/ssm/compact_precompute.py);
 # `accept-precompute-<precision>` as above.
 COMPACT_PRECOMPUTE_PRECISION: dict[str, str] = {f"accept-{v}": p for v, p in PRECOMPUTE_PRECISION.items()}
+# Compact's `deferred-precompute` commits as `deferred` does (the pending records token by token, bitwise, in the
+# verify launch) and takes the verify outputs from the same matrix form; `deferred-precompute-<precision>` as above.
+DEFERRED_PRECOMPUTE_PRECISION: dict[str, str] = {f"deferred-{v}": p for v, p in PRECOMPUTE_PRECISION.items()}
+# every compact variant whose verify is the matrix form, with its precision
+COMPACT_MATRIX_VERIFY: dict[str, str] = {**COMPACT_PRECOMPUTE_PRECISION, **DEFERRED_PRECOMPUTE_PRECISION}
 # Replay's `matrix` runs the precompute forward and folds in matrix form too (kernels/ssm/replay_matrix_fold.py):
 # its folded states are not native's bit for bit but within the fp32 contract (SPEC §5), so it is a labelled
 # variant beside the exact ones; `matrix-<precision>` for the other precisions that keep that contract (plain
@@ -60,15 +65,15 @@ MATRIX_FOLD_PRECISION: dict[str, str] = {
 REPLAY_MATRIX_FORWARD: dict[str, str] = {**PRECOMPUTE_PRECISION, **MATRIX_FOLD_PRECISION}
 MODE_VARIANTS: dict[str, tuple[str, ...]] = {
     "native": ("",),
-    "compact": ("accept", "deferred", *COMPACT_PRECOMPUTE_PRECISION),
+    "compact": ("accept", "deferred", *COMPACT_PRECOMPUTE_PRECISION, *DEFERRED_PRECOMPUTE_PRECISION),
     "replay": ("inline", *REPLAY_MATRIX_FORWARD),
 }
 
 
 def precompute_precision(mode: str, variant: str) -> str | None:
     """The dot precision of a variant whose outputs come from the matrix form (replay `precompute*` and
-    `matrix*`, compact `accept-precompute*`), or None for the token-loop variants."""
-    table = {"replay": REPLAY_MATRIX_FORWARD, "compact": COMPACT_PRECOMPUTE_PRECISION}.get(mode, {})
+    `matrix*`, compact `accept-precompute*` and `deferred-precompute*`), or None for the token-loop variants."""
+    table = {"replay": REPLAY_MATRIX_FORWARD, "compact": COMPACT_MATRIX_VERIFY}.get(mode, {})
     return table.get(variant)
 
 

@@ -21,29 +21,37 @@ import torch
 from kernels.common.torch_ops import l2norm
 from kernels.ssm.compact import CompactPool, compact_commit, compact_verify
 from kernels.ssm.compact_precompute import compact_precompute_verify
-from kernels.ssm.configs import COMPACT_COMMIT, COMPACT_PRECOMPUTE, COMPACT_VERIFY, CONV, DEFERRED_VERIFY
+from kernels.ssm.configs import (COMPACT_COMMIT, COMPACT_PRECOMPUTE, COMPACT_VERIFY, CONV, DEFERRED_PRECOMPUTE,
+                                 DEFERRED_VERIFY)
 from kernels.ssm.replay_precompute import precompute_supported
-from states.base import COMPACT_PRECOMPUTE_PRECISION, Round, SSMState, StateConfig, _nbytes, round_state
+from states.base import (COMPACT_MATRIX_VERIFY, DEFERRED_PRECOMPUTE_PRECISION, Round, SSMState, StateConfig, _nbytes,
+                         round_state)
 from states.geometry import SSMGeometry
 from states.params import TokenInputs
 
 
 class CompactState(SSMState):
     """Compact pool. Variants: `accept` and `deferred` (above); `accept-precompute*` stores and commits as
-    `accept` and verifies in matrix form on the triton backend (kernels/ssm/compact_precompute.py, at the
-    precision `COMPACT_PRECOMPUTE_PRECISION` names); the torch backend computes it as `accept`."""
+    `accept`, `deferred-precompute*` as `deferred`, and both verify in matrix form on the triton backend
+    (kernels/ssm/compact_precompute.py, at the precision `COMPACT_MATRIX_VERIFY` names); the torch backend
+    computes them as `accept` and `deferred`."""
 
     mode = "compact"
     needs_drafts = True
 
     @property
     def deferred(self) -> bool:
-        return self.cfg.mode_variant == "deferred"
+        return self.is_deferred(self.cfg)
+
+    @staticmethod
+    def is_deferred(cfg: StateConfig) -> bool:
+        """The variant commits a round's accepted records in the next verify (`deferred`, `deferred-precompute*`)."""
+        return cfg.mode_variant == "deferred" or cfg.mode_variant in DEFERRED_PRECOMPUTE_PRECISION
 
     @classmethod
     def _validate_config(cls, geom: SSMGeometry, cfg: StateConfig) -> None:
         super()._validate_config(geom, cfg)
-        if cfg.mode_variant in COMPACT_PRECOMPUTE_PRECISION and cfg.backend == "triton":
+        if cfg.mode_variant in COMPACT_MATRIX_VERIFY and cfg.backend == "triton":
             why = precompute_supported(geom.head_k_dim, geom.head_v_dim, geom.family, cfg.width, geom.lower_bound)
             if why:
                 raise ValueError(why)
@@ -71,14 +79,14 @@ class CompactState(SSMState):
         return (self._verify_kernel(), COMPACT_COMMIT, CONV)
 
     def _verify_kernel(self) -> str:
-        if self.cfg.mode_variant in COMPACT_PRECOMPUTE_PRECISION:
-            return COMPACT_PRECOMPUTE
+        if self.cfg.mode_variant in COMPACT_MATRIX_VERIFY:
+            return DEFERRED_PRECOMPUTE if self.deferred else COMPACT_PRECOMPUTE
         return DEFERRED_VERIFY if self.deferred else COMPACT_VERIFY
 
     @staticmethod
     def halves(cfg: StateConfig) -> int:
-        """Record halves: 2 for the deferred variant (pending + new round), 1 for accept."""
-        return 2 if cfg.mode_variant == "deferred" else 1
+        """Record halves: 2 for the deferred variants (pending + new round), 1 for accept."""
+        return 2 if CompactState.is_deferred(cfg) else 1
 
     def _kernel_pool(self) -> CompactPool:
         return CompactPool(self.ssm, self.rec_k, self.rec_v, self.rec_decay, self.rec_beta,
@@ -102,7 +110,7 @@ class CompactState(SSMState):
         terms["ssm"] = geom.layers * geom.state_elems * _nbytes(cfg.state_dtype)
         per_token = H * K * act + HV * V * act + HV * geom.gate_width * 4 + HV * 4
         terms["records"] = geom.layers * cfg.width * cls.halves(cfg) * per_token
-        if cfg.mode_variant == "deferred":
+        if cls.is_deferred(cfg):
             terms["pending"] = 8  # pending count and parity, int32 each
         terms["total"] = sum(terms.values())
         return terms
@@ -161,7 +169,7 @@ class CompactState(SSMState):
         args = (self._kernel_pool(), layer, self._conv_triton(layer, inputs, rnd), inputs.a, inputs.b,
                 p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths, rnd.cu_seqlens,
                 self.kernel_configs[self._verify_kernel()], g.lower_bound)
-        precision = COMPACT_PRECOMPUTE_PRECISION.get(self.cfg.mode_variant)
+        precision = COMPACT_MATRIX_VERIFY.get(self.cfg.mode_variant)
         if precision is not None:
             return compact_precompute_verify(*args, precision=precision)
         return compact_verify(*args)

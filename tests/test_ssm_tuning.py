@@ -29,7 +29,8 @@ def test_tune_then_run_uses_the_cache(tmp_path, monkeypatch):
     out = run_autotune("ssm", {"batch": "2", "drafts": 1, "history_len": 4, "level": "force",
                                "autotune_cache": str(cache), "warmup": 0, "rep": 1}, argv=["test"], out_root=tmp_path)
     kernels = {"native-verify", "conv", "replay-forward", "replay-fold", "compact-verify", "compact-commit",
-               "deferred-verify", "replay-precompute", "compact-precompute", "replay-matrix-fold"}
+               "deferred-verify", "replay-precompute", "compact-precompute", "replay-matrix-fold",
+               "deferred-precompute"}
     assert {c["kernel"] for c in out.choices} == kernels
     assert all(c["source"] == "tuned" for c in out.choices)
     records = pd.read_json(out.path / "autotune.jsonl", lines=True)

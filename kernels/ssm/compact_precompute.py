@@ -1,5 +1,5 @@
-"""Compact's `precompute` verify (SPEC §3): the accept variant's verify as matrix products (`tl.dot`;
-tensor cores at every precision but `ieee`).
+"""Compact's `precompute` verify (SPEC §3): the accept and deferred variants' verify as matrix products
+(`tl.dot`; tensor cores at every precision but `ieee`).
 
 Compact verify (kernels/ssm/compact.py) steps the committed state token by token to take each output
 and then throws the stepped state away: the state is only read. Its outputs are replay's with an empty
@@ -20,7 +20,15 @@ replays those records token by token) still writes native's states bit for bit; 
 from native's, by rounding (and, with a bf16 state, by the intermediate roundings the token loop makes
 and this form does not), and are compared by tolerance.
 
-Config `compact-precompute`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
+The deferred variant (`deferred-precompute*`, `DEFERRED`) first commits the row's pending records as the
+token-loop deferred verify does: the whole `[K, BV]` block loaded once, `replay_records` (native's step,
+rounding after every token), one store; then, after a block barrier (the chunks below read back what other
+threads of the program stored), the same matrix verify on the committed state, writing the new round's
+records into the other half. So its committed states are native's bit for bit, like `deferred`'s, and only
+its outputs are judged by tolerance.
+
+Config `compact-precompute` (`deferred-precompute` for a deferred pool): `BV` (V block, >= 16), `BK` (K
+chunk, >= 16), `num_warps`, `num_stages`.
 """
 
 from __future__ import annotations
@@ -29,8 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.compact import CompactPool
-from kernels.ssm.configs import COMPACT_PRECOMPUTE, Config
+from kernels.ssm.compact import CompactPool, replay_records
+from kernels.ssm.configs import COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE, Config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION
 from kernels.ssm.matrix_round import round_scalars, solve_round, stack_rows, stack_vec
 from kernels.ssm.native import check_verify_inputs, zero_padding_rows
@@ -39,14 +47,15 @@ from kernels.ssm.step import kda_log_gate
 
 
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
-def compact_precompute_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec_decay, rec_beta,
-                              slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
+def compact_precompute_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v, rec_decay, rec_beta, pending,
+                              parity, slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
                               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                              WP: tl.constexpr, IS_KDA: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr,
-                              BV: tl.constexpr, PREC: tl.constexpr):
+                              WP: tl.constexpr, IS_KDA: tl.constexpr, DEFERRED: tl.constexpr, KP: tl.constexpr,
+                              BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
     """Grid `(cdiv(V, BV) * n * HV,)`: one layer's round for one row, value head and V block.
 
-    WP: the round width padded to a power of two (>= 4); KP: K padded to a power of two.
+    WP: the round width padded to a power of two (>= 4); KP: K padded to a power of two; DEFERRED: commit
+    the pending records first (`pending`, `parity` are read only then).
     """
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
@@ -73,7 +82,24 @@ def compact_precompute_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v,
         b_gam = tl.cumsum(b_g, 0)  # Γ_t
 
     p_s = ssm + (row * HV + i_hv) * K * V
-    p_rh = (row * HV + i_hv) * W  # (row, head) of rec_v / rec_decay / rec_beta, in records
+    P: tl.constexpr = 2 * W if DEFERRED else W
+    if DEFERRED:
+        # the pending round's accepted records first (an idle row keeps its pending round for later)
+        half = tl.load(parity + slot, mask=w > 0, other=0)
+        last = tl.load(pending + slot, mask=w > 0, other=-1)
+        o_kf = tl.arange(0, KP)
+        m_kf = o_kf < K
+        m_hf = m_kf[:, None] & m_v[None, :] & (last >= 0)
+        p_hf = p_s + o_kf[:, None] * V + o_v[None, :]
+        b_h = tl.load(p_hf, mask=m_hf, other=0.0).to(tl.float32)
+        b_h = replay_records(b_h, rec_k, rec_v, rec_decay, rec_beta, row, i_h, i_hv, half * W, last,
+                             o_kf, m_kf, o_v, m_v, H, HV, K, V, W, P, IS_KDA, ssm.dtype.element_ty)
+        tl.store(p_hf, b_h.to(ssm.dtype.element_ty), mask=m_hf)
+        tl.debug_barrier()  # the chunks below load the committed block back, stored by other threads
+        base = (1 - half) * W
+    else:
+        base = 0
+    p_rh = (row * HV + i_hv) * P + base  # (row, head, first position of this round) of rec_v / rec_decay / rec_beta
     w_k = (i_v == 0) & (i_hv % (HV // H) == 0)  # key-head records: V block 0 of a group's first head
     b_hw = tl.zeros([BV, 2 * WP], dtype=tl.float32)  # HW^T: state projections
     b_kk = tl.zeros([2 * WP, WP], dtype=tl.float32)  # A: pair scores inside the round
@@ -101,7 +127,7 @@ def compact_precompute_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v,
                       other=0.0).to(tl.float32)  # [BV, BK] of S^T
         b_hw = tl.dot(b_s, tl.trans(b_x), b_hw, input_precision=PREC)
         b_kk = tl.dot(b_x, tl.trans(b_kr), b_kk, input_precision=PREC)
-        tl.store(rec_k + ((row * H + i_h) * W + o_t)[:, None] * K + o_k[None, :], x_k, mask=m_tk & w_k)
+        tl.store(rec_k + ((row * H + i_h) * P + base + o_t)[:, None] * K + o_k[None, :], x_k, mask=m_tk & w_k)
 
     if not IS_KDA:
         b_g2 = stack_vec(b_gam)  # Γ of each stacked row's token
@@ -134,11 +160,12 @@ def compact_precompute_verify(
     out: torch.Tensor | None = None,
     precision: str = DEFAULT_PRECISION,
 ) -> torch.Tensor:
-    """One layer of a compact (accept) verify round as matrix products: outputs, and records `0 .. w - 1`
-    of each row exactly as `compact_verify` writes them; the state is only read.
+    """One layer of a compact verify round as matrix products: outputs, and records `0 .. w - 1` of each row
+    exactly as `compact_verify` writes them. An accept pool's state is only read; a deferred pool's pending
+    records are committed first, bit for bit as `compact_verify` commits them (one state write).
 
     Args:
-        pool: an accept-variant compact pool (`pool.deferred` False).
+        pool: a compact pool, accept or deferred (`pool.deferred`).
         layer: which layer of the pool.
         qkv: `[T, 2*H*K + HV*V]` activation dtype, conv outputs q | k | v, packed (`T = n * W`).
         a: gate input, `[T, HV]` for GDN or `[T, HV, K]` for KDA (must match the pool's family).
@@ -148,7 +175,8 @@ def compact_precompute_verify(
         slots: `[n]` int64            # slot: [batch row] -> pool row (distinct)
         widths: `[n]` int32           # tokens of each row (0 = idle)
         cu_seqlens: `[n + 1]` int32   # row r owns packed tokens cu_seqlens[r] : cu_seqlens[r] + widths[r]
-        config: a `compact-precompute` config (`BV`, `BK` >= 16, `num_warps`, `num_stages`).
+        config: a `compact-precompute` config (`deferred-precompute` for a deferred pool; `BV`, `BK` >= 16,
+            `num_warps`, `num_stages`).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
         precision: `tl.dot` input precision of the K reductions (`PRECISIONS`); the interpreter
@@ -158,18 +186,19 @@ def compact_precompute_verify(
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
     """
     L, cap, H, HV, K, V, W = pool.dims
-    if pool.deferred:
-        raise ValueError("the precompute verify runs the accept variant's pool (deferred applies pending records)")
     if not 0 <= layer < L:
         raise ValueError(f"layer {layer} outside [0, {L})")
     is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
     if is_kda != pool.is_kda:
         raise ValueError(f"gate input of rank {a.dim()} does not match the pool's rec_decay "
                          f"{tuple(pool.rec_decay.shape)}")
-    opts = matrix_launch(COMPACT_PRECOMPUTE, config, K, V, W, is_kda, lower_bound, precision)
+    opts = matrix_launch(DEFERRED_PRECOMPUTE if pool.deferred else COMPACT_PRECOMPUTE, config, K, V, W, is_kda,
+                         lower_bound, precision)
     n = slots.shape[0]
+    bookkeeping = (pool.pending, pool.parity) if pool.deferred else (slots, slots)  # unread when not deferred
     compact_precompute_kernel[(triton.cdiv(V, opts["BV"]) * n * HV,)](
-        qkv, a, b, A_log, dt_bias, out, pool.ssm, pool.rec_k, pool.rec_v, pool.rec_decay, pool.rec_beta,
-        slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound, H=H, HV=HV, K=K, V=V, W=W, IS_KDA=is_kda, **opts,
+        qkv, a, b, A_log, dt_bias, out, pool.ssm, pool.rec_k, pool.rec_v, pool.rec_decay, pool.rec_beta, *bookkeeping,
+        slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound, H=H, HV=HV, K=K, V=V, W=W, IS_KDA=is_kda,
+        DEFERRED=pool.deferred, **opts,
     )
     return out
