@@ -8,7 +8,8 @@
 # Usage: OUT=/tmp/m bash scripts/gpu_modes.sh
 #   CASES="qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"   (preset:batches:drafts; 0 = decode)
 #   UNTUNED=1 (also run the first case with --autotune off; all: every case)   ROUNDS=2
-#   TUNE=0 (no autotune: rows on the shipped configs)   MODES, REPLAY_FORWARD (harness run's --modes / --replay-forward)
+#   TUNE=0 (no autotune: rows on the shipped configs)   MODES, REPLAY_FORWARD, COMPACT_COMMIT, HISTORY_LEN (harness
+#   run's --modes / --replay-forward / --compact-commit / --history-len)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -37,14 +38,14 @@ for case in $CASES; do  # case by case, so a call cut short still has the first 
   # shipped configs (harness/shipped_configs.json) and each kernel's default where nothing is shipped
   if [ "${TUNE:-1}" = 1 ]; then
     step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
-      --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json
+      --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json ${HISTORY_LEN:+--history-len "$HISTORY_LEN"}
   fi
   scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }
   common=(--preset "$preset" --device "$DEVICE" --backend "${BACKEND:-triton,fla}" --batch "$batches" --state-dtype fp32
           --rounds "$ROUNDS" --check-requests "${CHECK:-8}" --out "$RUNS" --json "${extra[@]}"
           ${MODES:+--modes "$MODES"} ${REPLAY_FORWARD:+--replay-forward "$REPLAY_FORWARD"}
-          ${COMPACT_COMMIT:+--compact-commit "$COMPACT_COMMIT"})
+          ${COMPACT_COMMIT:+--compact-commit "$COMPACT_COMMIT"} ${HISTORY_LEN:+--history-len "$HISTORY_LEN"})
   if [ "${TUNE:-1}" = 1 ]; then
     step "$scenario-$preset-b$batches-tuned" $PY -m harness run "$scenario" "${common[@]}" --autotune-cache "$CACHE"
   else
