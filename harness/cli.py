@@ -413,6 +413,9 @@ def autotune_cmd(
     history_len: Annotated[int | None, typer.Option(
         help="ssm: replay history length Lh the runs use (default 16, at least W); keys the replay kernels")] = None,
     state_dtype: StateDtype = "fp32",
+    precision: Annotated[str | None, typer.Option(
+        help="ssm: comma list of tl.dot precisions to tune the matrix-form kernels at, each its own cache key "
+             f"({' | '.join(PRECISIONS)}; default: the ones the default run variants use)")] = None,
     page_size: Annotated[str | None, typer.Option(help="pages: comma list of page sizes in tokens (default 256)")] = None,
     tp: Annotated[str | None, typer.Option(help="pages: TP degree whose rank-0 shape is tuned (default 1)")] = None,
     level: Annotated[str, typer.Option(help="tune-missing | force | cache-only | off")] = "tune-missing",

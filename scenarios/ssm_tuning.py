@@ -13,6 +13,11 @@ mode with the candidate (every other kernel on its default) against
   inside) and the all-layer fold;
 * the torch backend within the fp32 / bf16 reference bound for native and both replay forwards.
 
+The matrix-form kernels (`MATRIX_KERNEL_BASES`) are keyed by their dot precision too, and tuned at the
+precisions the runs' default variants use (`--precision` for others): each is checked through its variant at
+that precision (states bitwise where the variant's contract says so, outputs and the matrix fold's states by
+the variant's tolerance).
+
 The default config is always a candidate, so a tuned kernel is never slower than the untuned one as
 far as the sweep can tell. Candidates compile in parallel processes before the sweep (on CUDA).
 """
@@ -27,10 +32,12 @@ import torch
 
 from scenarios import tolerances
 from scenarios.base import RunContext, TuneJob
-from scenarios.options import check_device, given, parse_batches, parse_dtype
+from scenarios.options import check_device, given, parse_batches, parse_dtype, split_list
 from scenarios.ssm_workload import AcceptModel, build_workload
 from states import make_state
-from states.base import ACT_DTYPES, DTYPE_NAMES, STATE_DTYPES, StateConfig, exact_fold, precompute_precision
+from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
+from states.base import (ACT_DTYPES, DTYPE_NAMES, MODE_VARIANTS, STATE_DTYPES, StateConfig, exact_fold,
+                         precompute_precision)
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
@@ -54,8 +61,39 @@ def _rounds(cfg: StateConfig) -> int:
     return max(3, cfg.history_len - cfg.width + 2)
 
 
-def static_key(geom: SSMGeometry, cfg: StateConfig, kernel: str) -> dict[str, Any]:
-    """What changes the best config of a kernel (the batch is the run key, bucketed)."""
+# The matrix-form kernels, by the variant bases that launch them: their best config depends on the `tl.dot`
+# precision (bf16x3 splits each product into three, ieee runs on CUDA cores), so their static key carries it
+# and each is tuned at the precisions the runs use. A base's variant at precision p is `<base>-<p>` (the base
+# itself at the default precision).
+MATRIX_KERNEL_BASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "replay-precompute": ("replay", ("precompute", "matrix")), "compact-precompute": ("compact", ("accept-precompute",)),
+    "deferred-precompute": ("compact", ("deferred-precompute",)), "replay-matrix-fold": ("replay", ("matrix",)),
+}
+
+
+def variant_at(kernel: str, precision: str) -> str:
+    """The variant whose rollout checks matrix kernel `kernel` at `precision` (its first base's)."""
+    base = MATRIX_KERNEL_BASES[kernel][1][0]
+    return base if precision == DEFAULT_PRECISION else f"{base}-{precision}"
+
+
+def run_precisions(kernel: str) -> list[str]:
+    """The precisions a run's default variants (RUN_VARIANTS) launch matrix kernel `kernel` at; the default
+    precision when none of them does (so it is tuned where its own variants run)."""
+    from scenarios.ssm_options import RUN_VARIANTS
+
+    mode, bases = MATRIX_KERNEL_BASES[kernel]
+    found = set()
+    for v in RUN_VARIANTS.get(mode, ()):
+        p = precompute_precision(mode, v)
+        if p is not None and v in {base if p == DEFAULT_PRECISION else f"{base}-{p}" for base in bases}:
+            found.add(p)
+    return sorted(found) or [DEFAULT_PRECISION]
+
+
+def static_key(geom: SSMGeometry, cfg: StateConfig, kernel: str, precision: str | None = None) -> dict[str, Any]:
+    """What changes the best config of a kernel (the batch is the run key, bucketed). A matrix kernel's key
+    carries its dot precision: `precision`, or the one `cfg`'s variant runs it at."""
     key = {
         "family": geom.family, "H": geom.key_heads, "HV": geom.value_heads, "K": geom.head_k_dim,
         "V": geom.head_v_dim, "conv_dim": geom.conv_dim, "state": DTYPE_NAMES[cfg.state_dtype],
@@ -63,6 +101,8 @@ def static_key(geom: SSMGeometry, cfg: StateConfig, kernel: str) -> dict[str, An
     }
     if kernel.startswith("replay"):  # their history shapes the registers
         key.update(Lh=cfg.history_len, hist=DTYPE_NAMES[cfg.history_dtype])
+    if kernel in MATRIX_KERNEL_BASES:
+        key["prec"] = precision or precompute_precision(cfg.mode, cfg.mode_variant) or DEFAULT_PRECISION
     return key
 
 
@@ -92,17 +132,23 @@ def tuning_jobs(options: dict[str, Any]) -> list[TuneJob]:
     history_len = int(given(options.get("history_len"), max(16, 1 << drafts.bit_length())))
     if history_len < 4 or history_len & (history_len - 1) or history_len < drafts + 1:
         raise ValueError(f"--history-len must be a power of two >= 4 and >= W = {drafts + 1}, got {history_len}")
+    precisions = split_list(options["precision"], "--precision") if options.get("precision") else None
+    for p in precisions or ():
+        if p not in PRECISIONS:
+            raise ValueError(f"--precision: {p!r} is not a dot precision; choose from {', '.join(PRECISIONS)}")
     jobs = []
     # on CPU the sweep is a check run in the interpreter, whose time grows with the programs launched
     # (batch x heads): batch 2 checks the same kernels in half the time of 4
     for batch in parse_batches(given(options.get("batch"), "4" if device.startswith("cuda") else "2")):
         cfg = StateConfig("native", batch, drafts=drafts, state_dtype=state_dtype, act_dtype=act_dtype,
                           history_len=history_len, backend="triton", device=device)
-        jobs += _jobs_for(geom, cfg, batch)
+        jobs += _jobs_for(geom, cfg, batch, precisions)
     return jobs
 
 
-def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
+def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int, precisions: list[str] | None = None) -> list[TuneJob]:
+    """One job per kernel the case launches; a matrix kernel one per precision (`precisions`, or the ones the
+    default run variants use: `run_precisions`)."""
     from kernels.ssm.configs import config_space, default_config
     from scenarios.ssm_kernels import kernel_cases
 
@@ -119,20 +165,31 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
         torch_cfg = replace(cfg, backend="torch")
         ref = {mode: _rollout(geom, wl, torch_cfg, mode, "", None) for mode in ("native", "replay")}
         native = _rollout(geom, wl, cfg, "native", "", {})  # triton, every kernel on its default
-        cases = {c.kernel: c for c in kernel_cases(geom, wl.params, batch=bucket, drafts=cfg.drafts,
-                                                   state_dtype=cfg.state_dtype, act_dtype=cfg.act_dtype,
-                                                   history_len=cfg.history_len, device=cfg.device)
-                 if c.name == c.kernel}
-        built[bucket] = {"wl": wl, "ref": ref, "native": native, "cases": cases}
+        built[bucket] = {"wl": wl, "ref": ref, "native": native, "cases": {}}
         return built[bucket]
+
+    def build_at(precision: str | None):
+        """`build`, with the kernels' timed cases at `precision` (None: the default), made once per bucket."""
+        def at(bucket: int) -> dict[str, Any]:
+            inputs = build(bucket)
+            if precision not in inputs["cases"]:
+                inputs["cases"][precision] = {
+                    c.kernel: c for c in kernel_cases(geom, inputs["wl"].params, batch=bucket, drafts=cfg.drafts,
+                                                      state_dtype=cfg.state_dtype, act_dtype=cfg.act_dtype,
+                                                      history_len=cfg.history_len, device=cfg.device,
+                                                      precision=precision or "")
+                    if c.name == c.kernel}
+            return {**inputs, "cases": inputs["cases"][precision]}
+        return at
 
     def run_kernel(kernel: str):
         def run(config: dict, inputs: dict) -> None:
             inputs["cases"][kernel].run(config)
         return run
 
-    def check_kernel(kernel: str):
-        mode, variant = _MODE_OF[kernel]
+    def check_kernel(kernel: str, precision: str | None):
+        mode, variant = _MODE_OF[kernel] if precision is None else (MATRIX_KERNEL_BASES[kernel][0],
+                                                                     variant_at(kernel, precision))
 
         def check(config: dict, inputs: dict) -> tuple[bool, str]:
             outs, snap = _rollout(geom, inputs["wl"], cfg, mode, variant, {kernel: config})
@@ -167,10 +224,13 @@ def _jobs_for(geom: SSMGeometry, cfg: StateConfig, batch: int) -> list[TuneJob]:
 
     jobs = []
     for kernel in kernels_of(geom, cfg):
-        key = static_key(geom, cfg, kernel)
         default = default_config(kernel, **dims)
-        jobs.append(TuneJob(kernel, key, batch, cpu_space(config_space(kernel, **dims), default, cfg.device), default,
-                            build, run_kernel(kernel), check_kernel(kernel)))
+        space = cpu_space(config_space(kernel, **dims), default, cfg.device)
+        for precision in (precisions or run_precisions(kernel)) if kernel in MATRIX_KERNEL_BASES else [None]:
+            if precision is not None and variant_at(kernel, precision) not in MODE_VARIANTS[_MODE_OF[kernel][0]]:
+                continue  # no variant runs it there (the matrix fold has no plain-tf32 variant)
+            jobs.append(TuneJob(kernel, static_key(geom, cfg, kernel, precision), batch, space, default,
+                                build_at(precision), run_kernel(kernel), check_kernel(kernel, precision)))
     return jobs
 
 

@@ -9,7 +9,8 @@
 #   CASES="qwen3-next:128,256:3 glm-5.3-flash-tp8:128:3 qwen3-next:128:0"   (preset:batches:drafts; 0 = decode)
 #   UNTUNED=1 (also run the first case with --autotune off; all: every case)   ROUNDS=2
 #   TUNE=0 (no autotune: rows on the shipped configs)   MODES, REPLAY_FORWARD, COMPACT_COMMIT, HISTORY_LEN (harness
-#   run's --modes / --replay-forward / --compact-commit / --history-len)
+#   run's --modes / --replay-forward / --compact-commit / --history-len)   PRECISION=ieee,bf16x3 (autotune's --precision:
+#   the matrix kernels' precisions to tune, when the rows ask for variants beyond the default ones)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -38,7 +39,8 @@ for case in $CASES; do  # case by case, so a call cut short still has the first 
   # shipped configs (harness/shipped_configs.json) and each kernel's default where nothing is shipped
   if [ "${TUNE:-1}" = 1 ]; then
     step "autotune-$preset-d$drafts" $PY -m harness autotune ssm --device "$DEVICE" --preset "$preset" --batch "$batches" \
-      --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json ${HISTORY_LEN:+--history-len "$HISTORY_LEN"}
+      --drafts "$drafts" --autotune-cache "$CACHE" --out "$RUNS" --json ${HISTORY_LEN:+--history-len "$HISTORY_LEN"} \
+      ${PRECISION:+--precision "$PRECISION"}
   fi
   scenario=mtp-fixed; extra=(--drafts "$drafts" --accept geometric:0.7)
   [ "$drafts" = 0 ] && { scenario=decode; extra=(); }

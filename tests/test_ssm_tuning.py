@@ -75,6 +75,36 @@ def test_autotune_writes_only_its_run_directory_and_the_cache(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
+def test_matrix_kernels_are_keyed_and_tuned_by_their_dot_precision():
+    """A bf16x3 row must not run on a config tuned (and checked) at ieee: the matrix kernels' static key carries
+    the precision, the sweep tunes each at the precisions the default run variants use (or `--precision`'s),
+    and a pool looks its kernels up at its variant's precision."""
+    from states.base import StateConfig
+    from states.presets import get_preset
+
+    def tuned(options):
+        return {(j.kernel, j.static_key.get("prec")) for j in ssm_tuning.tuning_jobs({"device": "cpu", **options})
+                if j.kernel in ssm_tuning.MATRIX_KERNEL_BASES}
+
+    # the defaults: compact's run variant is accept-precompute-bf16x3, replay's precompute (ieee)
+    assert tuned({}) == {("replay-precompute", "ieee"), ("compact-precompute", "bf16x3"),
+                         ("deferred-precompute", "ieee"), ("replay-matrix-fold", "ieee")}
+    both = tuned({"precision": "bf16x3,tf32"})  # the matrix fold has no plain-tf32 variant, so no tf32 job
+    assert ("replay-matrix-fold", "tf32") not in both and ("replay-matrix-fold", "bf16x3") in both
+    assert {("compact-precompute", "tf32"), ("replay-precompute", "bf16x3")} <= both
+    with pytest.raises(ValueError, match="--precision: 'fp16'"):
+        ssm_tuning.tuning_jobs({"device": "cpu", "precision": "fp16"})
+    geom = get_preset("tiny-gdn").ssm
+    runs = {("compact", "accept-precompute-bf16x3"): {"compact-precompute": "bf16x3"},
+            ("compact", "deferred-precompute"): {"deferred-precompute": "ieee"},
+            ("replay", "matrix-tf32x3"): {"replay-precompute": "tf32x3", "replay-matrix-fold": "tf32x3"}}
+    for (mode, variant), kernels in runs.items():
+        cfg = StateConfig(mode, 2, drafts=3, variant=variant, backend="triton")
+        for kernel, prec in kernels.items():
+            assert ssm_tuning.static_key(geom, cfg, kernel)["prec"] == prec, (variant, kernel)
+        assert "prec" not in ssm_tuning.static_key(geom, cfg, "conv")
+
+
 def test_ssm_sweeps_on_cpu_are_the_default_and_one_other_config():
     """The interpreter's times say nothing about a GPU and the full space took many minutes on CPU."""
     for job in ssm_tuning.tuning_jobs({"device": "cpu"}):
