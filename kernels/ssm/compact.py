@@ -233,6 +233,22 @@ def compact_commit_kernel(ssm, rec_k, rec_v, rec_decay, rec_beta, slots, last_to
 # ---------------------------------------------------------------------------------------- launchers
 
 
+def check_compact_round(pool: CompactPool, layer: int, qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                        A_log: torch.Tensor, dt_bias: torch.Tensor, slots: torch.Tensor, widths: torch.Tensor,
+                        cu_seqlens: torch.Tensor, out: torch.Tensor | None
+                        ) -> tuple[bool, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """A verify launch's arguments checked against the pool (both verify kernels): `(is_kda, out,
+    (pending, parity))`, the bookkeeping a deferred pool's kernel reads (any int tensors otherwise: unread)."""
+    L, cap, H, HV, K, V, W = pool.dims
+    if not 0 <= layer < L:
+        raise ValueError(f"layer {layer} outside [0, {L})")
+    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
+    if is_kda != pool.is_kda:
+        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's rec_decay "
+                         f"{tuple(pool.rec_decay.shape)}")
+    return is_kda, out, (pool.pending, pool.parity) if pool.deferred else (slots, slots)
+
+
 def compact_verify(
     pool: CompactPool,
     layer: int,
@@ -270,15 +286,10 @@ def compact_verify(
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
     """
     L, cap, H, HV, K, V, W = pool.dims
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} outside [0, {L})")
-    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
-    if is_kda != pool.is_kda:
-        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's rec_decay "
-                         f"{tuple(pool.rec_decay.shape)}")
+    is_kda, out, bookkeeping = check_compact_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens,
+                                                   out)
     BV, opts = step_launch_options(DEFERRED_VERIFY if pool.deferred else COMPACT_VERIFY, config, V)
     n = slots.shape[0]
-    bookkeeping = (pool.pending, pool.parity) if pool.deferred else (slots, slots)  # unread when not deferred
     compact_verify_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out, pool.ssm, pool.rec_k, pool.rec_v, pool.rec_decay, pool.rec_beta,
         *bookkeeping, slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,

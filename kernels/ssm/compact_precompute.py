@@ -37,13 +37,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.compact import CompactPool, replay_records
+from kernels.ssm.compact import CompactPool, check_compact_round, replay_records
 from kernels.ssm.configs import COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE, Config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION
-from kernels.ssm.matrix_round import round_scalars, solve_round, stack_rows, stack_vec
-from kernels.ssm.native import check_verify_inputs, zero_padding_rows
+from kernels.ssm.matrix_round import round_chunk, round_scalars, solve_round, stack_vec
+from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay_precompute import matrix_launch
-from kernels.ssm.step import kda_log_gate
 
 
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
@@ -107,21 +106,12 @@ def compact_precompute_kernel(qkv, a, b, A_log, dt_bias, out, ssm, rec_k, rec_v,
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
-        x_q = tl.load(p_tok[:, None] + i_h * K + o_k[None, :], mask=m_tk, other=0.0)
-        x_k = tl.load(p_tok[:, None] + (H + i_h) * K + o_k[None, :], mask=m_tk, other=0.0)
-        b_q = x_q.to(tl.float32) * r_q[:, None]
-        b_k = x_k.to(tl.float32) * r_k[:, None]
+        x_k, b_k, b_x, b_gk, b_gamk = round_chunk(qkv, a, dt_bias, bos, o_t, m_t, o_k, m_k, i_h, i_hv, r_q, r_k,
+                                                  b_A_log, lower_bound, H, HV, K, V, IS_KDA)
         if IS_KDA:
-            b_ga = tl.load(a + ((bos + o_t) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
-            b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-            b_gk = tl.where(m_tk, kda_log_gate(b_ga.to(tl.float32), b_A_log, b_bias[None, :], lower_bound), 0.0)
-            b_gamk = tl.cumsum(b_gk, 0)  # [WP, BK] Γ_t per key column
-            b_eg = tl.exp(b_gamk)
-            b_x = stack_rows(b_k * b_eg, b_q * b_eg)
             b_kr = b_k * tl.exp(-b_gamk)
             tl.store(rec_decay + (p_rh + o_t)[:, None] * GW + o_k[None, :], tl.exp(b_gk), mask=m_tk & (i_v == 0))
         else:
-            b_x = stack_rows(b_k, b_q)
             b_kr = b_k
         b_s = tl.load(p_s + o_k[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_k[None, :] & (w > 0),
                       other=0.0).to(tl.float32)  # [BV, BK] of S^T
@@ -186,16 +176,11 @@ def compact_precompute_verify(
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
     """
     L, cap, H, HV, K, V, W = pool.dims
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} outside [0, {L})")
-    is_kda, out = check_verify_inputs(qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, H, HV, K, V, W, out)
-    if is_kda != pool.is_kda:
-        raise ValueError(f"gate input of rank {a.dim()} does not match the pool's rec_decay "
-                         f"{tuple(pool.rec_decay.shape)}")
+    is_kda, out, bookkeeping = check_compact_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens,
+                                                   out)
     opts = matrix_launch(DEFERRED_PRECOMPUTE if pool.deferred else COMPACT_PRECOMPUTE, config, K, V, W, is_kda,
                          lower_bound, precision)
     n = slots.shape[0]
-    bookkeeping = (pool.pending, pool.parity) if pool.deferred else (slots, slots)  # unread when not deferred
     compact_precompute_kernel[(triton.cdiv(V, opts["BV"]) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out, pool.ssm, pool.rec_k, pool.rec_v, pool.rec_decay, pool.rec_beta, *bookkeeping,
         slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound, H=H, HV=HV, K=K, V=V, W=W, IS_KDA=is_kda,

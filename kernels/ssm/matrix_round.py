@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.ssm.step import gdn_log_gate, round_to
+from kernels.ssm.step import gdn_log_gate, kda_log_gate, round_to
 
 
 @triton.jit
@@ -109,3 +109,30 @@ def round_scalars(qkv, a, b, A_log, dt_bias, bos, o_t, m_t, i_h, i_hv, scale,
         b_ga = tl.load(a + (bos + o_t) * HV + i_hv, mask=m_t, other=0.0).to(tl.float32)
         b_g = tl.where(m_t, gdn_log_gate(b_ga, b_A_log, tl.load(dt_bias + i_hv).to(tl.float32)), 0.0)
     return b_beta, b_A_log, r_q, r_k, b_g
+
+
+@triton.jit
+def round_chunk(qkv, a, dt_bias, bos, o_t, m_t, o_k, m_k, i_h, i_hv, r_q, r_k, b_A_log, lower_bound,
+                H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, IS_KDA: tl.constexpr):
+    """One chunk of key columns `o_k` of the round's rows: `(x_k, b_k, b_x, b_gk, b_gamk)`, the raw keys as
+    loaded (what a record keeps), the normalized keys `[WP, BK]` fp32, the stacked rows `X` (`stack_rows`;
+    KDA's scaled by `e^{Γ_t}` of each key column), and KDA's log gates and their running sum `Γ_t` per column
+    (zeros for GDN, whose gates are the scalars of `round_scalars`)."""
+    p_tok = qkv + (bos + o_t) * (2 * H * K + HV * V)
+    m_tk = m_t[:, None] & m_k[None, :]
+    x_q = tl.load(p_tok[:, None] + i_h * K + o_k[None, :], mask=m_tk, other=0.0)
+    x_k = tl.load(p_tok[:, None] + (H + i_h) * K + o_k[None, :], mask=m_tk, other=0.0)
+    b_q = x_q.to(tl.float32) * r_q[:, None]
+    b_k = x_k.to(tl.float32) * r_k[:, None]
+    if IS_KDA:
+        b_ga = tl.load(a + ((bos + o_t) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
+        b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+        b_gk = tl.where(m_tk, kda_log_gate(b_ga.to(tl.float32), b_A_log, b_bias[None, :], lower_bound), 0.0)
+        b_gamk = tl.cumsum(b_gk, 0)  # [WP, BK] Γ_t per key column
+        b_eg = tl.exp(b_gamk)
+        b_x = stack_rows(b_k * b_eg, b_q * b_eg)
+    else:
+        b_gk = tl.zeros_like(b_k)
+        b_gamk = b_gk
+        b_x = stack_rows(b_k, b_q)
+    return x_k, b_k, b_x, b_gk, b_gamk

@@ -47,10 +47,10 @@ import triton.language as tl
 from kernels.common.triton_cpu import interpreting
 from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
-from kernels.ssm.matrix_round import round_scalars, solve_round, stack_rows, stack_vec
+from kernels.ssm.matrix_round import round_chunk, round_scalars, solve_round, stack_vec
 from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay import ReplayPool, check_replay_round
-from kernels.ssm.step import ENABLE_FP_FUSION, kda_log_gate, round_to
+from kernels.ssm.step import ENABLE_FP_FUSION, round_to
 
 # The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
 # no pair score overflows or flushes to zero).
@@ -121,29 +121,20 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
-        x_q = tl.load(p_tok[:, None] + i_h * K + o_k[None, :], mask=m_tk, other=0.0)
-        x_k = tl.load(p_tok[:, None] + (H + i_h) * K + o_k[None, :], mask=m_tk, other=0.0)
-        b_q = x_q.to(tl.float32) * r_q[:, None]
-        b_k = x_k.to(tl.float32) * r_k[:, None]
+        x_k, b_k, b_x, b_gk, b_gamk = round_chunk(qkv, a, dt_bias, bos, o_t, m_t, o_k, m_k, i_h, i_hv, r_q, r_k,
+                                                  b_A_log, lower_bound, H, HV, K, V, IS_KDA)
         b_kh = round_to(b_k, hist_k.dtype.element_ty)  # the key as its record holds it
         m_jk = m_j[:, None] & m_k[None, :]
         b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
         if IS_KDA:
-            b_ga = tl.load(a + ((bos + o_t) * HV + i_hv)[:, None] * K + o_k[None, :], mask=m_tk, other=0.0)
-            b_bias = tl.load(dt_bias + i_hv * K + o_k, mask=m_k, other=0.0).to(tl.float32)
-            b_gk = tl.where(m_tk, kda_log_gate(b_ga.to(tl.float32), b_A_log, b_bias[None, :], lower_bound), 0.0)
-            b_gamk = tl.cumsum(b_gk, 0)  # [WP, BK] Γ_t per key column
             b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0)
             b_hn = tl.load(p_hg + (base + o_j + 1)[:, None] * K + o_k[None, :], mask=m_jn[:, None] & m_k[None, :],
                            other=0.0)
             b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
-            b_eg = tl.exp(b_gamk)
-            b_x = stack_rows(b_k * b_eg, b_q * b_eg)
             b_xc = b_x * tl.exp(tl.sum(b_hg, 0))[None, :]
             b_kr = b_kh.to(tl.float32) * tl.exp(-b_gamk)
             tl.store(p_hg + pos[:, None] * K + o_k[None, :], b_gk, mask=m_tk & (i_v == 0))
         else:
-            b_x = stack_rows(b_k, b_q)
             b_xc = b_x
             b_kr = b_kh.to(tl.float32)
         b_s = tl.load(p_s0 + o_k[None, :] * V + o_v[:, None], mask=m_v[:, None] & m_k[None, :] & (w > 0),
