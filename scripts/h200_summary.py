@@ -23,16 +23,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "h200-2026-12-03"
-# the newest session's runs (the peers beside ours, compact's matrix-form verify), shown first; the one before
-LATEST = ROOT / "results" / "reference" / "h200-2026-12-03c"
-PREVIOUS = ROOT / "results" / "reference" / "h200-2026-12-03b"
+# the newest session's runs (every variant's rows, each SSM kernel alone), shown first; the one before (the peers
+# beside ours, compact's matrix-form verify), whose peers/ are the newest peer runs
+LATEST = ROOT / "results" / "reference" / "h200-2026-12-04b"
+PREVIOUS = ROOT / "results" / "reference" / "h200-2026-12-03c"
+PEERS = PREVIOUS
 BEGIN, END = "<!-- h200:begin -->", "<!-- h200:end -->"
 # what issue 25 asks of the rows (Qwen3-Next mtp-fixed, batch 128 and 256, W = 4, fp32 state; each mode's best
 # variant that holds the fp32 contract)
 TARGETS_25 = {"compact accept": 1.5, "compact deferred": 2.0, "replay (best variant)": 2.5}
 # the rows' variant columns first in this order, then any other variant a run has, by name
-MODE_COLUMNS = ("compact accept", "compact accept-precompute-bf16x3", "compact deferred", "replay inline",
-                "replay precompute")
+MODE_COLUMNS = ("compact accept", "compact accept-precompute-bf16x3", "compact deferred",
+                "compact deferred-precompute-bf16x3", "replay inline", "replay precompute",
+                "replay precompute-bf16x3", "replay matrix", "replay matrix-bf16x3")
 # variants outside the fp32 contract (plain TF32 products: scenarios/tolerances.py TENSOR_CORE_OUTPUT_RMS) never
 # count as a mode's best; they are reported beside
 OUTSIDE_CONTRACT = ("-tf32",)
@@ -342,34 +345,35 @@ def _gate_verdict(ref: Path) -> str:
 
 def latest(ref: Path = LATEST) -> list[str]:
     return [
-        f"**Latest** (`{ref.relative_to(ROOT)}/`, its README says what ran): compact's verify in matrix form "
-        "(kernels/ssm/compact_precompute.py, `accept-precompute*`: the token loop's records and commit, so states "
-        "stay bitwise) and the field's kernels beside ours. The harness's rows on the shipped configs "
-        "(`TUNE=0 scripts/gpu_modes.sh`, fp32 state, speed-up = native's time over the mode's):",
+        f"**Latest** (`{ref.relative_to(ROOT)}/`, its README says what ran): the harness's rows on the shipped "
+        "configs, every variant of each mode (`TUNE=0 scripts/gpu_modes.sh`, fp32 state, speed-up = native's time "
+        "over the mode's):",
         "",
         *latest_modes(ref),
         "",
         *latest_targets(ref),
         "",
-        "Compact's verify alone, each dot precision at its best config (`scripts/gpu_precompute.sh`), beside the "
-        "token loop and the commit:",
-        "",
-        *precompute_kernels(ref, "compact-precompute"),
-        "",
-        "Replay's precompute forward alone (its folds now in the layer's `replay-fold` launch before it):",
+        "Each SSM kernel alone, one layer, at its best config of a sweep and per dot precision "
+        "(`scripts/gpu_precompute.sh`):",
         "",
         *precompute_kernels(ref, "precompute"),
         "",
-        "**Ours beside the field's kernels** (`scripts/gpu_peers.sh`: fla, SGLang and FlashInfer as baseline "
-        "backends of the same runs, same rounds; their errors against fp64 are reported, not gated):",
+        f"**Ours beside the field's kernels** (`{PEERS.relative_to(ROOT)}/peers/`, `scripts/gpu_peers.sh`: fla, "
+        "SGLang and FlashInfer as baseline backends of the same runs, same rounds; their errors against fp64 are "
+        "reported, not gated):",
         "",
-        *peers_table(ref),
+        *peers_table(PEERS),
         "",
-        f"Model-shape gate on this code (compact's `accept-precompute` gated too): {_gate_verdict(ref)}.",
+        f"**The session before** (`{PREVIOUS.relative_to(ROOT)}/`: compact's verify in matrix form; model gate "
+        f"{_gate_verdict(PREVIOUS)}), its rows on the shipped configs:",
         "",
-        f"**The session before** (`{PREVIOUS.relative_to(ROOT)}/`: replay's precompute forward rewritten, the fold "
-        f"inside it; model gate {_gate_verdict(PREVIOUS)}) and **the one before that** "
-        "(`results/reference/h200-2026-12-03/`):",
+        *latest_modes(PREVIOUS),
+        "",
+        "Its compact verify alone, each dot precision at its best config, beside the token loop and the commit:",
+        "",
+        *precompute_kernels(PREVIOUS, "compact-precompute"),
+        "",
+        "**Before that** (`results/reference/h200-2026-12-03/`):",
         "",
     ]
 
