@@ -63,14 +63,15 @@ def _ints(text: str) -> list[int]:
 
 
 def _configs(args, geom, kernel: str) -> list[dict]:
-    """The asked BV x num_warps (x BK x num_stages, which only the precompute forward takes) grid narrowed
-    to `kernel`'s axes and space, each config once; the kernel's default where none of the grid is in it
-    (the conv; the precompute below BV 16)."""
+    """The asked BV x num_warps (x BK x num_stages, which only the precompute forward takes; x BC, the conv's
+    channel block) grid narrowed to `kernel`'s axes and space, each config once; the kernel's default where
+    none of the grid is in it (the conv without --bc; the precompute below BV 16)."""
     dims = {"head_k_dim": geom.head_k_dim, "head_v_dim": geom.head_v_dim, "conv_dim": geom.conv_dim}
     space = config_space(kernel, **dims)
     out: list[dict] = []
-    for bv, nw, bk, ns in itertools.product(_ints(args.bv), _ints(args.warps), _ints(args.bk), _ints(args.stages)):
-        point = {"BV": bv, "num_warps": nw, "BK": bk, "num_stages": ns}
+    for bv, nw, bk, ns, bc in itertools.product(_ints(args.bv), _ints(args.warps), _ints(args.bk), _ints(args.stages),
+                                                _ints(args.bc) if args.bc else [None]):
+        point = {"BV": bv, "num_warps": nw, "BK": bk, "num_stages": ns, "BC": bc}
         config = {k: point[k] for k in config_axes(kernel) if k in point}
         if config in space and config not in out:
             out.append(config)
@@ -128,6 +129,7 @@ def main() -> None:
     ap.add_argument("--stages", default="1", help="num_stages of the precompute forward")
     ap.add_argument("--precision", default="", help="comma list of the precompute forward's dot precisions "
                     "(default: its default; e.g. ieee,tf32x3,bf16x3,bf16x6,tf32)")
+    ap.add_argument("--bc", default="", help="comma list of the conv's channel blocks (default: its default config)")
     ap.add_argument("--kernels", default="", help="comma list to keep (default: all)")
     ap.add_argument("--out", default="kernels.csv")
     ap.add_argument("--device", default="cuda")

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from kernels.common.triton_cpu import interpreting
 from kernels.conv.naive import causal_conv
 from kernels.ssm.configs import CONV, KERNELS, NATIVE_VERIFY, check_config, config_space, default_config, default_configs
-from kernels.ssm.conv import causal_conv_update
+from kernels.ssm.conv import NEAR_ULPS, causal_conv_update, silu_rounded
 
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
 KERNEL, C, S, CAP = 4, 96, 3, 6  # C = 96 is not a power of two: the last channel block is partial
@@ -49,6 +52,11 @@ def test_conv_matches_torch_and_advances_windows(act_dtype, block):
     cu = torch.zeros(n + 1, dtype=torch.int32, device=DEVICE)
     cu[1:] = torch.cumsum(widths, 0)
     x = torch.randn(n * W, C, generator=gen).to(act_dtype).to(DEVICE)
+    # signed zeros must keep their sign through the window and the outputs: a channel of -0.0 inputs (its
+    # SiLU is -0.0) and -0.0 values in the window where other inputs are not zero
+    x[:, 7] = -0.0
+    conv[:, 7] = -0.0
+    conv[:, 9, 1] = -0.0
     y = _poison((n * W, C), act_dtype, gen)
     y_poison = y.clone()
     before = conv.clone()
@@ -68,10 +76,11 @@ def test_conv_matches_torch_and_advances_windows(act_dtype, block):
             continue
         got = y[bos : bos + w]
         if act_dtype == torch.bfloat16:
-            assert torch.equal(got, y_ref[0, :w]), f"row {r}: bf16 conv outputs differ from torch"
+            bad = (_bits(got) != _bits(y_ref[0, :w])).nonzero().tolist()
+            assert not bad, f"row {r}: bf16 conv outputs differ from torch at (token, channel) {bad[:6]}"
         max_ulp = max(max_ulp, _ulps(got, y_ref[0, :w]))
         stored = KERNEL - 2 + w
-        assert torch.equal(conv[s, :, :stored], full[0, :, 1 : 1 + stored]), f"row {r}: next window wrong"
+        assert torch.equal(_bits(conv[s, :, :stored]), _bits(full[0, :, 1 : 1 + stored])), f"row {r}: next window wrong"
         assert torch.equal(_bits(conv[s, :, stored:]), _bits(before[s, :, stored:])), f"row {r}: later columns moved"
         # accepting a drafts puts the window at columns [a, a + kernel - 1): the inputs ending at token a
         for a in range(w):
@@ -83,6 +92,69 @@ def test_conv_matches_torch_and_advances_windows(act_dtype, block):
     assert torch.equal(_bits(conv[untouched]), _bits(before[untouched])), "slots outside the batch changed"
     total = int(cu[-1])
     assert torch.equal(_bits(y[total:]), _bits(y_poison[total:])), "padding rows of the output were written"
+
+
+@triton.jit
+def _silu_probe(x, y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(y + o, silu_rounded(tl.load(x + o, mask=m, other=0.0), tl.bfloat16), mask=m)
+
+
+def _silu(x: torch.Tensor) -> torch.Tensor:
+    return x / (1 + torch.exp(-x))
+
+
+def _near_bf16_midpoints(gen: torch.Generator, count: int) -> torch.Tensor:
+    """fp32 inputs whose fp64 SiLU lies a few fp32 ulps from a bf16 rounding midpoint, on both sides: where
+    the fp32 SiLU's error could change a bf16 rounding, so the kernel must take its fp64 path there."""
+    x0 = (torch.rand(count, generator=gen, dtype=torch.float64) * 2 - 1) * 16
+    bits = _silu(x0).float().view(torch.int32)
+    target = ((bits & ~0xFFFF) | 0x8000) + torch.randint(-24, 25, (count,), generator=gen, dtype=torch.int32)
+    y = target.view(torch.float32).double()
+    x = x0.clone()
+    for _ in range(30):  # Newton on silu(x) = y, from a point a bf16 ulp away
+        s = torch.sigmoid(x)
+        x = x - (_silu(x) - y) / (s * (1 + x * (1 - s)))
+    steep = (torch.sigmoid(x) * (1 + x * (1 - torch.sigmoid(x)))).abs() > 0.05  # away from silu's minimum
+    return x[steep & (x.abs() <= 16)].float()
+
+
+def test_silu_rounded_has_the_fp64_bits_where_the_fp32_silu_could_round_either_way():
+    """The conv's SiLU against torch's `F.silu(x.double()).to(bf16)`, bit for bit: at random values, at the
+    edges of its fast path (0, tiny, |x| > 16) and at inputs built to land within a few fp32 ulps of a bf16
+    midpoint, where only the fp64 path gives torch's bits."""
+    gen = torch.Generator().manual_seed(5)
+    near = _near_bf16_midpoints(gen, 40000)
+    low = (F.silu(near.double()).float().view(torch.int32) & 0xFFFF) - 0x8000
+    assert int((low.abs() <= NEAR_ULPS.value).sum()) > 0.5 * near.numel(), "the probe inputs are not near bf16 midpoints"
+    edges = torch.tensor([0.0, -0.0, 1e-35, -1e-35, 1e-30, 15.99, -15.99, 16.01, -16.01, 40.0, -40.0, 90.0, -90.0,
+                          -104.0, 200.0, -200.0])
+    x = torch.cat([near, torch.randn(20000, generator=gen) * 4, edges]).to(DEVICE)
+    y = _poison((x.numel(),), torch.bfloat16, gen)
+    _silu_probe[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    want = F.silu(x.double()).to(torch.bfloat16)
+    bad = (_bits(y) != _bits(want)).nonzero().flatten()
+    assert bad.numel() == 0, f"{bad.numel()} SiLU values differ from torch's, e.g. x={x[bad[:4]].tolist()}"
+
+
+ON_GPU = pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA device with TRITON_INTERPRET=0")
+
+
+@pytest.mark.cuda
+@ON_GPU
+def test_silu_rounded_on_the_gpu():
+    """The same on a GPU (`pytest -m cuda`), where the fast path runs libdevice's expf, whose error bound
+    NEAR_ULPS rests on (the interpreter has numpy's exp)."""
+    test_silu_rounded_has_the_fp64_bits_where_the_fp32_silu_could_round_either_way()
+
+
+@pytest.mark.cuda
+@ON_GPU
+@pytest.mark.parametrize("block", [32, 256])
+def test_conv_on_the_gpu(block):
+    """The conv against torch's on a GPU, bf16 bit for bit."""
+    test_conv_matches_torch_and_advances_windows(torch.bfloat16, block)
 
 
 def test_conv_rejects_bad_shapes():

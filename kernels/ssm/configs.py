@@ -72,10 +72,11 @@ _PREFERRED: dict[str, Config] = {
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_PRECOMPUTE: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
     COMPACT_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},  # h200-2026-12-03c/compact-precompute
-    REPLAY_MATRIX_FOLD: {"BV": 32, "BK": 32, "num_warps": 2, "num_stages": 2},  # not measured yet: a guess
-    # not measured yet: the commit holds a whole [K, BV] block, so more warps than compact-precompute's one
-    DEFERRED_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 4, "num_stages": 1},
-    CONV: {"BC": 256, "num_warps": 4, "num_stages": 1},
+    # the best at both precisions within 5% (Qwen3-Next batch 128, h200-2026-12-04b/precompute: 158 us at bf16x3);
+    # deferred-precompute's earlier 4-warp guess took 444 us where 1 warp takes 226
+    REPLAY_MATRIX_FOLD: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
+    DEFERRED_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},
+    CONV: {"BC": 64, "num_warps": 1, "num_stages": 1},  # h200-2026-12-04c/conv: best at batch 128 and 256
 }
 # A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
 # leaves lanes idle, more than 128 spills registers (the block is carried across the token loop).
