@@ -23,11 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "h200-2026-12-03"
-# the newest session's runs (every variant's rows, each SSM kernel alone), shown first; the one before (the peers
-# beside ours, compact's matrix-form verify), whose peers/ are the newest peer runs
-LATEST = ROOT / "results" / "reference" / "h200-2026-12-04b"
-PREVIOUS = ROOT / "results" / "reference" / "h200-2026-12-03c"
-PEERS = PREVIOUS
+# the newest session's runs (tuned rows of every variant, where a row's time goes, the conv), shown first; the
+# one before (every SSM kernel alone, rows on the shipped configs); the newest peer runs (the field's kernels)
+LATEST = ROOT / "results" / "reference" / "h200-2026-12-04c"
+PREVIOUS = ROOT / "results" / "reference" / "h200-2026-12-04b"
+PEERS = ROOT / "results" / "reference" / "h200-2026-12-03c"
 BEGIN, END = "<!-- h200:begin -->", "<!-- h200:end -->"
 # what issue 25 asks of the rows (Qwen3-Next mtp-fixed, batch 128 and 256, W = 4, fp32 state; each mode's best
 # variant that holds the fp32 contract)
@@ -343,20 +343,34 @@ def _gate_verdict(ref: Path) -> str:
                 or "FAIL" in line).strip("* ")
 
 
+def profile_table(ref: Path) -> list[str]:
+    """scripts/profile_rows.py's per-kernel device time of each profiled variant (`ref/profile/profile.csv`):
+    the row's round time, then each kernel that takes at least 1% of it, per launch and launches a round."""
+    with open(ref / "profile" / "profile.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    lines = ["| variant (batch 128) | row us a round | kernels: us a launch x launches a round |", "| --- | --- | --- |"]
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant and float(r["share"]) >= 0.01]
+        parts = ", ".join(f"{r['kernel'].removesuffix('_kernel')} {float(r['us_per_round']) / float(r['launches_per_round']):.1f}"
+                          f" x {float(r['launches_per_round']):.0f}" for r in mine)
+        lines.append(f"| {variant.rsplit(' batch', 1)[0]} | {float(mine[0]['row_median_us']):.0f} | {parts} |")
+    return lines
+
+
 def latest(ref: Path = LATEST) -> list[str]:
     return [
-        f"**Latest** (`{ref.relative_to(ROOT)}/`, its README says what ran): the harness's rows on the shipped "
-        "configs, every variant of each mode (`TUNE=0 scripts/gpu_modes.sh`, fp32 state, speed-up = native's time "
-        "over the mode's):",
+        f"**Latest** (`{ref.relative_to(ROOT)}/`, its README says what ran): the harness's rows, tuned "
+        "(`scripts/gpu_modes.sh`: `harness autotune ssm` at both dot precisions, then `harness run` with that cache; "
+        "fp32 state, speed-up = native's time over the mode's), every variant of each mode:",
         "",
         *latest_modes(ref),
         "",
         *latest_targets(ref),
         "",
-        "Each SSM kernel alone, one layer, at its best config of a sweep and per dot precision "
-        "(`scripts/gpu_precompute.sh`):",
+        "Where a row's round goes (`scripts/profile_rows.py`, the same rounds profiled eagerly after the row's "
+        "timing, on the tree before the conv rewrite; 36 layers a round):",
         "",
-        *precompute_kernels(ref, "precompute"),
+        *profile_table(ref),
         "",
         f"**Ours beside the field's kernels** (`{PEERS.relative_to(ROOT)}/peers/`, `scripts/gpu_peers.sh`: fla, "
         "SGLang and FlashInfer as baseline backends of the same runs, same rounds; their errors against fp64 are "
@@ -364,14 +378,15 @@ def latest(ref: Path = LATEST) -> list[str]:
         "",
         *peers_table(PEERS),
         "",
-        f"**The session before** (`{PREVIOUS.relative_to(ROOT)}/`: compact's verify in matrix form; model gate "
-        f"{_gate_verdict(PREVIOUS)}), its rows on the shipped configs:",
+        f"**The session before** (`{PREVIOUS.relative_to(ROOT)}/`), its rows on the shipped configs of then (the "
+        "matrix-form kernels on their defaults):",
         "",
         *latest_modes(PREVIOUS),
         "",
-        "Its compact verify alone, each dot precision at its best config, beside the token loop and the commit:",
+        "Each SSM kernel alone, one layer, at its best config of a sweep and per dot precision "
+        "(`scripts/gpu_precompute.sh`):",
         "",
-        *precompute_kernels(PREVIOUS, "compact-precompute"),
+        *precompute_kernels(PREVIOUS, "precompute"),
         "",
         "**Before that** (`results/reference/h200-2026-12-03/`):",
         "",
