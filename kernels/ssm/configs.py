@@ -72,8 +72,9 @@ _PREFERRED: dict[str, Config] = {
     REPLAY_FOLD: {"BV": 16, "num_warps": 1, "num_stages": 1},
     REPLAY_PRECOMPUTE: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
     COMPACT_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},  # h200-2026-12-03c/compact-precompute
-    # the best at both precisions within 5% (Qwen3-Next batch 128, h200-2026-12-04b/precompute: 158 us at bf16x3);
-    # deferred-precompute's earlier 4-warp guess took 444 us where 1 warp takes 226
+    # the best at bf16x3, which the matrix-bf16x3 rows run (Qwen3-Next batch 128, h200-2026-12-04b/precompute: 158
+    # us; at ieee it takes 198 where the tuned 8 warps take 165); deferred-precompute's earlier 4-warp guess took
+    # 444 us where 1 warp takes 226
     REPLAY_MATRIX_FOLD: {"BV": 64, "BK": 32, "num_warps": 2, "num_stages": 1},
     DEFERRED_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},
     CONV: {"BC": 64, "num_warps": 1, "num_stages": 1},  # h200-2026-12-04c/conv: best at batch 128 and 256
