@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--warps", default="1,2,4")
     ap.add_argument("--kernels", default="", help="comma list to keep (default: all but fla-decode)")
     ap.add_argument("--bk", default="32", help="K chunks of the precompute forward")
+    ap.add_argument("--bc", default="", help="channel blocks of the conv (default: its default config)")
     ap.add_argument("--stages", default="1", help="num_stages of the precompute forward")
     ap.add_argument("--precision", default="", help="comma list of the precompute forward's dot precisions")
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
@@ -141,10 +142,10 @@ def main() -> None:
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
     keep = set(filter(None, args.kernels.split(",")))
     print(f"{'kernel':<26} {'config':<16} {'regs':>5} {'spill':>6} {'sass':>6} " + " ".join(f"{c:>5}" for c in CLASSES))
-    sweep_args = argparse.Namespace(bv=args.bv, warps=args.warps, bk=args.bk, stages=args.stages,
+    sweep_args = argparse.Namespace(bv=args.bv, warps=args.warps, bk=args.bk, bc=args.bc, stages=args.stages,
                                     precision=args.precision, drafts=args.drafts)
     for name, prec, cfg, fn, _ in bench.sweep(sweep_args, geom, params, sd, 2, keep):
-        tag = f"BV{cfg.get('BV', cfg.get('BC'))}w{cfg['num_warps']}" + (f"k{cfg['BK']}s{cfg['num_stages']}" if "BK" in cfg else "")
+        tag = (f"BC{cfg['BC']}" if "BC" in cfg else f"BV{cfg['BV']}") + f"w{cfg['num_warps']}" + (f"k{cfg['BK']}s{cfg['num_stages']}" if "BK" in cfg else "")
         with Capture(args.arch) as cap:
             try:
                 fn()

@@ -79,9 +79,14 @@ _PREFERRED: dict[str, Config] = {
     DEFERRED_PRECOMPUTE: {"BV": 32, "BK": 32, "num_warps": 1, "num_stages": 1},
     CONV: {"BC": 64, "num_warps": 1, "num_stages": 1},  # h200-2026-12-04c/conv: best at batch 128 and 256
 }
-# A state block of BK x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
+# A state block of K x BV fp32 values spread over num_warps * 32 threads: fewer than 4 per thread
 # leaves lanes idle, more than 128 spills registers (the block is carried across the token loop).
 _MIN_PER_THREAD, _MAX_PER_THREAD = 4, 128
+# The matrix kernels that hold only a `[BK, BV]` chunk of the state at a time (their K loop reduces chunk by
+# chunk), so the bound above applies to the chunk. Deferred-precompute is not one: it commits the pending
+# records on the whole `[K, BV]` block first. (Bounding these by the whole block pruned BV 64 and 128 on one
+# warp at K = 128, which no sweep then measured; 1 warp is where every one of them is fastest at BV 32.)
+_CHUNKED = (REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE, REPLAY_MATRIX_FOLD)
 
 
 def _check_kernel(kernel: str) -> None:
@@ -101,7 +106,8 @@ def _keep(kernel: str, config: Config, head_k_dim: int, head_v_dim: int, conv_di
         chunk, kp = config["BK"], triton.next_power_of_2(head_k_dim)
         if chunk > max(16, kp) or (chunk < 32 and kp >= 32):
             return False
-    per_thread = triton.next_power_of_2(head_k_dim) * config["BV"] / threads
+    rows = config["BK"] if kernel in _CHUNKED else triton.next_power_of_2(head_k_dim)
+    per_thread = rows * config["BV"] / threads
     return _MIN_PER_THREAD <= per_thread <= _MAX_PER_THREAD
 
 
