@@ -98,7 +98,7 @@ Drafts = Annotated[int | None, typer.Option(help="draft tokens S per round, W = 
 Accept = Annotated[str | None, typer.Option(help="all | none | fixed:k | geometric:p | trace")]
 HistoryLen = Annotated[int | None, typer.Option(help="replay history Lh (power of two, >= 4, >= W; default 16)")]
 CompactCommit = Annotated[str | None, typer.Option(
-    help="comma list of compact variants (default accept,deferred,accept-precompute-bf16x3): accept (commit replays the "
+    help="comma list of compact variants (default accept,deferred,accept-precompute-bf16x3,deferred-precompute-bf16x3): accept (commit replays the "
          "accepted records in one launch at accept) | deferred (the next forward of each layer applies them from the tile "
          "it loads anyway) | accept-precompute (accept, its verify outputs as matrix products at "
          f"{DEFAULT_PRECISION}; states bitwise, outputs by tolerance) | "
@@ -106,7 +106,7 @@ CompactCommit = Annotated[str | None, typer.Option(
          "precision; tf32 is outside the fp32 contract) | deferred-precompute, deferred-precompute-<precision> (deferred, "
          "its verify outputs as matrix products after the bitwise commit of the pending records)")]
 ReplayForward = Annotated[str | None, typer.Option(
-    help="comma list of replay forward variants (default inline,precompute): inline (token by token) | precompute (the round's "
+    help="comma list of replay forward variants (default inline,matrix-bf16x3): inline (token by token) | precompute (the round's "
          f"products on tensor cores at {DEFAULT_PRECISION}, fp32-contract accuracy; outputs compared by tolerance only) | "
          f"{' | '.join('precompute-' + p for p in PRECISIONS if p != DEFAULT_PRECISION)} (the same at that dot precision; "
          "tf32 is outside the fp32 contract and reported beside) | matrix (precompute, and the history folds as matrix "

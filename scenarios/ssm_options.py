@@ -29,9 +29,14 @@ from states.presets import get_ssm_preset
 
 SSM_BACKENDS = (*BACKENDS, *BASELINES)  # ours, then the peers' kernels (kernels/ssm/baselines)
 # The variants a run compares when --compact-commit / --replay-forward are not given.
-# compact's matrix-form verify runs at bf16x3 by default: the fastest of its contract-keeping precisions on an
-# H200 (results/reference/h200-2026-12-03c: 108.7 us a layer against ieee's 138.4 and the token loop's 130.1)
-RUN_VARIANTS = {"compact": ("accept", "deferred", "accept-precompute-bf16x3"), "replay": ("inline", "precompute")}
+# Beside the bitwise variants (accept, deferred, inline), the fastest variant of each mode that keeps the fp32
+# contract, measured in tuned rows on an H200 (results/reference/h200-2026-12-04c/modes, Qwen3-Next, W 4, batch
+# 128 / 256, against native): compact accept-precompute-bf16x3 1.42x / 1.44x and deferred-precompute-bf16x3
+# 1.55x / 1.58x, replay matrix-bf16x3 1.85x / 1.90x (precompute-bf16x3, the same forward with the bitwise token
+# fold, is slower; ieee products are slower at every matrix kernel, h200-2026-12-04b/precompute). Decode keeps
+# inline as its best replay (1.20x against matrix-bf16x3's 0.89x), so both stay.
+RUN_VARIANTS = {"compact": ("accept", "deferred", "accept-precompute-bf16x3", "deferred-precompute-bf16x3"),
+                "replay": ("inline", "matrix-bf16x3")}
 SEED_MAX = 2**31 - 1
 SNAPSHOT_EVERY = 8  # the default of --snapshot-every
 

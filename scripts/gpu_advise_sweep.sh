@@ -2,8 +2,8 @@
 # The sweep `harness advise` stands on (issue 22), on an H200, in parts that each fit one 10-minute command:
 # per part, one preset and state dtype and a few draft counts; per draft count, `harness autotune ssm` (tuned
 # configs into the part's cache) and then the rows with that cache: decode for drafts 0 (no speculation),
-# mtp-fixed --accept geometric:0.7 otherwise, at batch 1,8,32,128,256,512, every mode and variant (compact
-# accept and deferred, replay inline and precompute) with the fla baseline, CUDA-graph timing. OOM rows stay:
+# mtp-fixed --accept geometric:0.7 otherwise, at batch 1,8,32,128,256,512, every mode and the
+# run's default variants (RUN_VARIANTS, scenarios/ssm_options.py) with the fla baseline, CUDA-graph timing. OOM rows stay:
 # they are data. Writes under $OUT (which returns at most 8 files): <part>.tgz (the run directories, the
 # autotune runs, cache.json, times.txt), re-tarred after every step so a command cut short keeps what it did;
 # prints each run's median_us per batch and mode last.

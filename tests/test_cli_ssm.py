@@ -46,7 +46,7 @@ def test_decode_default_run(tmp_path, options, request):
         assert (run_dir / name).exists(), name
     df = pd.read_csv(run_dir / "throughput.csv")
     assert list(df["mode"]) == ["native", "compact", "replay", "replay"]
-    assert list(df["variant"].fillna("")) == ["", "accept", "inline", "precompute"]
+    assert list(df["variant"].fillna("")) == ["", "accept", "inline", "matrix-bf16x3"]
     compact = df[df["mode"] == "compact"].iloc[0]
     assert compact["status"] == "unsupported" and "needs drafts" in compact["reason"]
     assert set(df[df["mode"] != "compact"]["status"]) == {"passed"}
@@ -80,7 +80,7 @@ def test_mtp_dynamic_and_json_output(tmp_path):
                       "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # progress lines go to stderr: stdout stays machine-readable
-    assert len(data["rows"]) == 12 and {r["batch"] for r in data["rows"]} == {2, 3}  # 6 variants x 2 batches
+    assert len(data["rows"]) == 14 and {r["batch"] for r in data["rows"]} == {2, 3}  # 7 variants x 2 batches
 
 
 @pytest.mark.usefixtures("light_runs")
@@ -93,8 +93,8 @@ def test_trace_in_and_dump_out(tmp_path, make_trace):
     run = load_run(_single_run(out))
     assert set(run.throughput["accept"]) == {"trace"} and set(run.throughput["batch"]) == {2}
     files = sorted(dump.rglob("round-*.pt"))
-    assert len(files) == 6 * 4  # native, compact (accept, deferred, accept-precompute-bf16x3), replay (inline,
-    # precompute); four rounds
+    assert len(files) == 7 * 4  # native, compact (accept, deferred, accept-precompute-bf16x3,
+    # deferred-precompute-bf16x3), replay (inline, matrix-bf16x3); four rounds
     # docs/TRACE_FORMAT.md: states in rounds r with (r + 1) % N == 0, and in the last round
     for path in files:
         item = torch.load(path, weights_only=True)
@@ -141,7 +141,7 @@ def test_checkpoint_restore_within_and_across_modes(tmp_path, state_dtype):
     assert {json.loads(c)["restored_requests"] for c in run.throughput["config"]} == {2}
     eq = run.equivalence_report().comparisons
     restored = {(c.lhs, c.name): c for c in eq if "restored from" in c.lhs}
-    assert len(restored) == 36 * 3  # every ordered pair of the six variants x (o, ssm, conv)
+    assert len(restored) == 49 * 3  # every ordered pair of the seven variants x (o, ssm, conv)
     assert restored[("native/torch restored from compact", "o")].bitwise_equal
     assert restored[("compact/torch restored from native", "ssm")].bitwise_equal
     # a deferred snapshot carries its pending records into the committed state it hands out
@@ -192,9 +192,12 @@ def test_the_triton_kernels_never_read_nan_padding_of_a_trace(tmp_path, make_tra
     untimed (timing interpreted kernels took 88 of the CLI run's 120 s and tells nothing here): every
     variant passes against its torch twin and the fp64 reference, with nothing NaN in what it wrote."""
     from harness.gate import run_gate
+    from scenarios.ssm_options import RUN_VARIANTS
 
     trace, _ = _nan_padded(make_trace, tmp_path / "in.trace")
     outcome = run_gate(device="cpu", backends="torch,triton", out_root=tmp_path,
                        cases=[("mtp-dynamic", {"drafts": 2, "trace": str(trace), "history_len": 4})])
     assert outcome.passed, outcome.lines
-    assert "12 of 12 expected variants passed" in outcome.lines[0]  # 6 variants x 2 backends
+    # a case given without variant options runs a run's defaults: native and RUN_VARIANTS, on both backends
+    n = 2 * (1 + len(RUN_VARIANTS["compact"]) + len(RUN_VARIANTS["replay"]))
+    assert f"{n} of {n} expected variants passed" in outcome.lines[0], outcome.lines[0]

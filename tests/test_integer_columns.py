@@ -67,9 +67,16 @@ def test_the_issue_command_writes_integer_bytes(tmp_path):
 def test_odd_geometries_write_integer_columns(odd_presets, tmp_path, preset, scenario):
     df = _run([scenario, "--preset", preset, "--drafts", "1", "--batch", "3,5", "--rounds", "5", "--history-len", "4"],
               tmp_path)
-    assert set(df["status"]) == {"passed"}, df[["mode", "status", "reason"]]
+    # the default run variants at an odd geometry: every row passes but replay's matrix fold, whose tensor-core
+    # tiles need K, V >= 16 (the presets' are 5..7), which says so instead of running
+    passed = df["status"] == "passed"
+    refused = df[~passed]
+    assert set(refused["status"]) <= {"unsupported"} and set(refused["variant"]) <= {"matrix-bf16x3"}, \
+        df[["mode", "variant", "status", "reason"]]
+    assert refused["reason"].str.contains("the matrix fold needs K >= 16 and V >= 16").all()
+    assert passed.sum() >= 6 * 2  # native, four compact variants, replay inline at each batch
     _integral(df)
-    assert df["bytes_moved"].notna().all()  # every row timed, so every row has its cost-model bytes
+    assert df.loc[passed, "bytes_moved"].notna().all()  # every passed row timed, so each has its cost-model bytes
 
 
 def test_bytes_are_rounded_once_and_other_fractions_refused(tmp_path):

@@ -111,3 +111,14 @@ def test_a_labelled_variant_runs_as_its_own_row_with_its_own_bound(tmp_path):
     bounds = {(c.lhs, c.rhs): c.tolerance for c in run.comparisons if c.name == "o" and c.policy == "rms"}
     assert bounds[("replay-precompute-tf32/torch", "native/torch")] == tolerances.TENSOR_CORE_OUTPUT_RMS["precompute-tf32"]
     assert bounds[("replay-precompute/torch", "native/torch")] == tolerances.FP32_RMS
+
+
+def test_the_help_names_the_variants_a_run_compares():
+    """--help's defaults are written out (the CLI imports no scenario module to print its help): they must be
+    the variants a run really compares when the options are left out."""
+    from harness import cli
+    from scenarios.ssm_options import RUN_VARIANTS
+
+    for option, mode in ((cli.CompactCommit, "compact"), (cli.ReplayForward, "replay")):
+        help_text = option.__metadata__[0].help
+        assert f"(default {','.join(RUN_VARIANTS[mode])})" in help_text, (mode, help_text[:120])

@@ -86,9 +86,9 @@ def test_matrix_kernels_are_keyed_and_tuned_by_their_dot_precision():
         return {(j.kernel, j.static_key.get("prec")) for j in ssm_tuning.tuning_jobs({"device": "cpu", **options})
                 if j.kernel in ssm_tuning.MATRIX_KERNEL_BASES}
 
-    # the defaults: compact's run variant is accept-precompute-bf16x3, replay's precompute (ieee)
-    assert tuned({}) == {("replay-precompute", "ieee"), ("compact-precompute", "bf16x3"),
-                         ("deferred-precompute", "ieee"), ("replay-matrix-fold", "ieee")}
+    # the defaults (RUN_VARIANTS): compact's accept-/deferred-precompute-bf16x3, replay's matrix-bf16x3
+    assert tuned({}) == {("replay-precompute", "bf16x3"), ("compact-precompute", "bf16x3"),
+                         ("deferred-precompute", "bf16x3"), ("replay-matrix-fold", "bf16x3")}
     both = tuned({"precision": "bf16x3,tf32"})  # the matrix fold has no plain-tf32 variant, so no tf32 job
     assert ("replay-matrix-fold", "tf32") not in both and ("replay-matrix-fold", "bf16x3") in both
     assert {("compact-precompute", "tf32"), ("replay-precompute", "bf16x3")} <= both
