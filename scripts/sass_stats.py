@@ -12,8 +12,13 @@ classes that matter for the token step: FFMA / FMUL / FADD (fp32 math), SHFL (wa
 BAR (block barriers: cross-warp reductions), LDS/STS (shared memory), LDG/STG (global), LDL/STL
 (local memory: spills), MUFU (exp, rsqrt, ...).
 
+`--by-line N` adds, under each kernel, its N source lines with the most instructions (nvdisasm's line table):
+which line of a kernel its instructions come from. Triton's debug info has no inlining records, so the
+instructions of `tl.sum` and friends land on triton/language/standard.py's lines, not on their callers'.
+
 Usage:
     python3 scripts/sass_stats.py --preset qwen3-next --bv 16,32 --warps 1,2,4 --kernels compact,native
+    python3 scripts/sass_stats.py --kernels replay-precompute --bv 32 --warps 1 --precision bf16x3 --by-line 25
 """
 
 from __future__ import annotations
@@ -29,12 +34,10 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-os.environ.pop("TRITON_INTERPRET", None)  # compile for the target, never interpret
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-from triton import knobs  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
+import torch
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,19 +64,57 @@ class _TargetOnlyDriver:
         return torch.device("cpu")
 
 
-def sass_counts(cubin: bytes) -> tuple[int, collections.Counter]:
-    """(instructions, opcode counts) of a cubin's SASS (opcode without modifiers)."""
+_OPCODE = re.compile(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")  # opcode, no modifiers
+_LINE = re.compile(r'\s*//## File "([^"]+)", line (\d+)')  # nvdisasm -g's line marker
+
+
+def disassemble(cubin: bytes) -> str:
+    """A cubin's SASS with nvdisasm's line table (`-g`: Triton's PTX carries `.loc`s)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True, text=True,
+        return subprocess.run([str(_BIN / "nvdisasm"), "-c", "-g", f.name], capture_output=True, text=True,
                               check=True).stdout
+
+
+def sass_counts(text: str) -> tuple[int, collections.Counter]:
+    """(instructions, opcode counts) of a disassembly's text."""
     ops: collections.Counter = collections.Counter()
-    for line in text.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
-        if m:
-            ops[m.group(1)] += 1
+    for line_ops in count_by_line(text).values():
+        ops.update(line_ops)
     return sum(ops.values()), ops
+
+
+def count_by_line(text: str) -> dict[tuple[str, int], collections.Counter]:
+    """Opcode counts per source line (file name, line) of a disassembly's text; instructions before the first
+    line marker go to `("?", 0)`. An inlined `@triton.jit` helper's instructions land on the helper's own
+    line, so the table says which line of which file the instructions are, not which call of it."""
+    table: dict[tuple[str, int], collections.Counter] = collections.defaultdict(collections.Counter)
+    where = ("?", 0)
+    for line in text.splitlines():
+        loc = _LINE.match(line)
+        if loc:
+            where = (Path(loc.group(1)).name, int(loc.group(2)))
+        elif m := _OPCODE.match(line):
+            table[where][m.group(1)] += 1
+    return table
+
+
+def print_by_line(text: str, top: int) -> None:
+    """The `top` source lines with the most instructions, each with its opcode classes and its text (read
+    from the paths the line markers name)."""
+    table = count_by_line(text)
+    total = sum(sum(c.values()) for c in table.values())
+    paths = {Path(f).name: Path(f) for f, _ in _LINE.findall(text)}
+    sources: dict[str, list[str]] = {}
+    for (name, no), ops in sorted(table.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
+        if name not in sources:
+            path = paths.get(name)
+            sources[name] = path.read_text().splitlines() if path and path.is_file() else []
+        src = sources[name][no - 1].strip() if 0 < no <= len(sources[name]) else ""
+        n = sum(ops.values())
+        mix = " ".join(f"{c}:{ops[c]}" for c in CLASSES if ops.get(c))
+        print(f"    {n:>5} {100 * n / total:5.1f}%  {name}:{no:<4} {mix:<40} {src[:70]}")
 
 
 def resources(cubin: bytes) -> dict[str, int]:
@@ -114,6 +155,10 @@ class Capture:
 
 
 def main() -> None:
+    # Compile for the target, never interpret: before the kernels are imported (`triton.jit` picks the
+    # interpreter at decoration time), and here rather than at import, so that importing this module (its
+    # tests do) leaves the importing process's interpreter setting alone.
+    os.environ.pop("TRITON_INTERPRET", None)
     import scripts.bench_kernels as bench
     from states.params import make_params
     from states.presets import get_ssm_preset
@@ -131,6 +176,8 @@ def main() -> None:
     ap.add_argument("--precision", default="", help="comma list of the precompute forward's dot precisions")
     ap.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for H100/H200")
     ap.add_argument("--sass-dir", default="", help="also write each kernel's SASS here")
+    ap.add_argument("--by-line", type=int, default=0, metavar="N",
+                    help="also print each kernel's N source lines with the most SASS instructions")
     args = ap.parse_args()
 
     import states.base
@@ -154,18 +201,16 @@ def main() -> None:
                 continue
         for kname, kernel in cap.compiled:
             cubin = kernel.asm["cubin"]
-            total, ops = sass_counts(cubin)
+            sass = disassemble(cubin)
+            total, ops = sass_counts(sass)
             res = resources(cubin)
             label = (name if len(cap.compiled) == 1 else f"{name}:{kname[:6]}") + (f":{prec}" if prec else "")
             print(f"{label:<26} {tag:<16} {res['regs']:>5} {res['spill_bytes']:>6} {total:>6} "
                   + " ".join(f"{ops.get(c, 0):>5}" for c in CLASSES), flush=True)
+            if args.by_line:
+                print_by_line(sass, args.by_line)
             if args.sass_dir:
                 Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
-                with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-                    f.write(cubin)
-                    f.flush()
-                    sass = subprocess.run([str(_BIN / "nvdisasm"), "-c", f.name], capture_output=True,
-                                          text=True).stdout
                 Path(args.sass_dir, f"{label.replace(':', '-')}-{tag}.sass").write_text(sass)
 
 
