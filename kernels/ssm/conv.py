@@ -90,7 +90,7 @@ def _column(b_tile, j: tl.constexpr):
 
 
 @triton.jit
-def _full_column(b_win, o_j, x, bos, o_c, m, j: tl.constexpr, C, KERNEL: tl.constexpr):
+def _full_column(b_win, x, bos, o_c, m, j: tl.constexpr, C, KERNEL: tl.constexpr):
     """Column `j` (a compile-time index) of `full = [window | tokens]` for channels `o_c`, fp32: a column of
     the window tile, or token row `j - (kernel - 1)` (one coalesced 1-D load, masked by `m`)."""
     if j < KERNEL - 1:
@@ -118,7 +118,7 @@ def causal_conv_kernel(
     BC: tl.constexpr,
 ):
     """Grid `(cdiv(C, BC), n)`: one row's round for `BC` channels. KP: `kernel` padded to a power of two;
-    W: the round's padded width; KW: the pool's window columns, KWP padded.
+    W: the round's width (T // n, exact: not padded); KW: the pool's window columns, KWP padded.
 
     The pool keeps a channel's window columns next to each other (`[slots, C, KW]`), so the window and the
     weights come in as `[BC, *]` tiles (one coalesced 2-D load each) and the next window goes out as one;
@@ -147,12 +147,12 @@ def causal_conv_kernel(
     for s in tl.static_range(KW):
         if s + 1 < KERNEL - 1 + W:
             b_next = tl.where(o_s[None, :] == s,
-                              _full_column(b_win, o_k, x, bos, o_c, m_row & (s + 2 - KERNEL < w), s + 1, C, KERNEL)[:, None],
+                              _full_column(b_win, x, bos, o_c, m_row & (s + 2 - KERNEL < w), s + 1, C, KERNEL)[:, None],
                               b_next)
     for t in tl.static_range(W):
         m_t = m_c & (t < w)
         for i in tl.static_range(KERNEL):
-            b_f = _full_column(b_win, o_k, x, bos, o_c, m_t, t + i, C, KERNEL)
+            b_f = _full_column(b_win, x, bos, o_c, m_t, t + i, C, KERNEL)
             if i == 0:
                 b_acc = _column(b_wt, i) * b_f
             else:
