@@ -115,10 +115,21 @@ class CheckpointRestore:
         finals = {m: pools[m].snapshot(slots[m][:p]) for m in modes}
 
         for b in modes:
+            # Restoring into b is a function of the bytes loaded: the kernels are deterministic and the fresh
+            # slots start from the load alone (replay's history empty). So the sources whose snapshots are
+            # bitwise equal (the bitwise variants at fp32 state agree by contract) replay into b once, and
+            # each pair's comparisons are still made and recorded; this keeps the n^2 restores of a case with
+            # many variants at (distinct snapshots) x n rollouts, which the interpreter cases need.
+            restored: list[tuple[tuple[torch.Tensor, torch.Tensor], list, tuple[torch.Tensor, torch.Tensor]]] = []
             for a in modes:
-                fresh = pools[b].alloc(p)
-                pools[b].load(fresh, *snaps[a])
-                replayed = _replay(pools[b], fresh, wl, r0, p)
+                same = next((r for r in restored if _bitwise(r[0], snaps[a])), None)
+                if same is None:
+                    fresh = pools[b].alloc(p)
+                    pools[b].load(fresh, *snaps[a])
+                    same = (snaps[a], _replay(pools[b], fresh, wl, r0, p), pools[b].snapshot(fresh))
+                    pools[b].free(fresh)
+                    restored.append(same)
+                _, replayed, (ssm, conv) = same
                 # a bf16 replay checkpoint materialized at r0 rounds once more than the uninterrupted pool, and
                 # replay's matrix fold sums the records before and after r0 in one product where the restored
                 # pool folds them in two: both restore within the contract's tolerance, not bit for bit
@@ -142,7 +153,6 @@ class CheckpointRestore:
                     for layer, c in enumerate(comps):
                         ro.add(r0 + i, by_request(c, widths), layer=layer)
                 record(ro.result())
-                ssm, conv = pools[b].snapshot(fresh)
                 fs, fc = finals[b]
                 a, e = ssm.transpose(0, 1), fs.transpose(0, 1)
                 for comps in (
@@ -155,7 +165,6 @@ class CheckpointRestore:
                     for layer, c in enumerate(comps):
                         final.add(wl.rounds - 1, c, layer=layer)
                     record(final.result())
-                pools[b].free(fresh)
 
         for m in variants:
             if m in status:
