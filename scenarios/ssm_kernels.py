@@ -13,6 +13,8 @@ A `KernelCase` launches one kernel with a given config on pools filled with rand
     replay-forward-folding   the same kernel where every row folds `Lh - W + 2` records first (bench only)
     replay-fold              the all-layer fold into a snapshot buffer (read state + raw records, write)
     replay-precompute        the precompute forward (tensor cores), `history` records of history
+    replay-precompute-folding  the same kernel where every row folds its `Lh - W + 2` records inside it (the
+                             matrix variants' fold; bench only)
 
 Every row of a case is a request of the batch; accepted counts are 2 drafts (or W - 1 if fewer).
 """
@@ -51,8 +53,8 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, COMPACT_PRECOMPUTE,
-         DEFERRED_PRECOMPUTE)
+         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, "replay-precompute-folding",
+         COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -189,4 +191,15 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
             lambda c: replay_precompute_forward(pre._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
                                                 cu, c, lb, **prec),
             n * (state + W * (derived + raw + tok_in) + history * derived))
+    if ("replay-precompute-folding" in names and precompute_supported(K, V, geom.family, W, lb) is None
+            and matrix_fold_supported(K, V, base.history_dtype) is None):
+        # the matrix variants' forward where every row folds inside it (the round a row's ring half fills)
+        mat, _ = _pool(geom, params, replace(base, mode="replay", variant="matrix"), seed)
+        count = history_len - W + 2
+        mat.cursor[:n] = P  # after prepare: the other half, count 0
+        fold_from = torch.full((n,), count, dtype=torch.int32, device=device)
+        add("replay-precompute-folding", REPLAY_PRECOMPUTE,
+            lambda c: replay_precompute_forward(mat._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
+                                                cu, c, lb, fold_from=fold_from, **prec),
+            n * (2 * state + W * (derived + raw + tok_in) + count * derived))
     return cases

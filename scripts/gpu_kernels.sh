@@ -44,7 +44,7 @@ regex_of() {  # bench case -> Triton kernel name
   case "$1" in
     native-verify|decode) echo native_verify_kernel ;; compact-verify|deferred-verify) echo compact_verify_kernel ;;
     compact-commit) echo compact_commit_kernel ;; replay-forward*) echo replay_forward_kernel ;;
-    replay-fold) echo replay_fold_kernel ;; replay-precompute) echo replay_precompute_kernel ;;
+    replay-fold) echo replay_fold_kernel ;; replay-precompute*) echo replay_precompute_kernel ;;
     replay-matrix-fold) echo replay_matrix_fold_kernel ;;
     compact-precompute|deferred-precompute) echo compact_precompute_kernel ;;
     conv) echo causal_conv ;; *) echo "$1" ;;

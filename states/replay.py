@@ -270,11 +270,19 @@ class ReplayState(SSMState):
         p, g = self.params, self.geom
         qkv = self._conv_triton(layer, inputs, rnd)
         if self.cfg.mode_variant in REPLAY_MATRIX_FORWARD:
-            self._fold_launch(rnd.slots, self._fold_from, layer=layer)
+            # GDN's matrix fold runs in the forward's own programs, first (one launch, the folded block read
+            # back from L2): Qwen3-Next batch 128 W 4, 9315 -> 8751 us a round on an H100. KDA's keeps its
+            # launch: fused, its per-column gates made GLM-5.3-Flash's round slower, 3694 -> 4043 us
+            # (results/reference/h100-2026-12-07/fold-in-forward). The token fold steps a whole [K, BV]
+            # block through the records: always its own launch.
+            fuse = self._matrix_fold and g.family == "gdn"
+            if not fuse:
+                self._fold_launch(rnd.slots, self._fold_from, layer=layer)
             return replay_precompute_forward(
                 self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
                 rnd.cu_seqlens, self.kernel_configs[REPLAY_PRECOMPUTE], g.lower_bound,
                 precision=REPLAY_MATRIX_FORWARD[self.cfg.mode_variant],
+                fold_from=self._fold_from if fuse else None,
             )
         return replay_forward(
             self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,

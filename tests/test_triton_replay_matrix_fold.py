@@ -108,3 +108,51 @@ def test_the_matrix_fold_refuses_what_it_cannot_fold() -> None:
         replay_matrix_fold(bf16, slots, torch.zeros(1, dtype=torch.int32, device=DEVICE), CONFIG)
     with pytest.raises(ValueError, match="precision 'fp16'"):
         replay_matrix_fold(pool, slots, torch.zeros(1, dtype=torch.int32, device=DEVICE), CONFIG, precision="fp16")
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_the_forward_folds_inside_as_the_fold_launch_does(kda: bool) -> None:
+    """`replay_precompute_forward(..., fold_from=...)` (the matrix variants' fused fold) against the matrix
+    fold's own launch followed by the forward: every byte of the pool and of the outputs the same (the same
+    helper at the same config; on a GPU within the fold's fp32 bound, since the two kernels may lay out the
+    product differently), folding and non-folding rows, one row shorter than the round, the other layer
+    untouched."""
+    from kernels.ssm.replay_precompute import replay_precompute_forward
+
+    gen = torch.Generator().manual_seed(23 + kda)
+    W = 2  # the non-folding row holds 2 records: 2 + W <= Lh
+    fused = _pool(kda, torch.float32, gen)
+    apart = ReplayPool(**{name: t.clone() for name, t in vars(fused).items()})
+    slots = torch.tensor([r[0] for r in ROWS], device=DEVICE)
+    n = len(ROWS)
+    old = torch.tensor([ph * P + c for _, ph, c, _ in ROWS], dtype=torch.int32, device=DEVICE)
+    folds = torch.tensor([f for *_, f in ROWS], device=DEVICE)
+    fold_from = torch.where(folds, old, -1).to(torch.int32)
+    after = torch.where(folds, (1 - old // P) * P, old).to(torch.int32)  # replay_prepare's flip
+    for pool in (fused, apart):
+        pool.cursor[slots] = after
+    widths = torch.tensor([W, W, 1, W, W], dtype=torch.int32, device=DEVICE)
+    cu = torch.cat([widths.new_zeros(1), widths.cumsum(0).to(torch.int32)])  # packed, the padding after
+    qkv = torch.randn(n * W, 2 * H * K + HV * V, generator=gen).to(torch.bfloat16).to(DEVICE)
+    a = torch.randn(*((n * W, HV, K) if kda else (n * W, HV)), generator=gen).to(DEVICE)
+    b = torch.randn(n * W, HV, generator=gen).to(DEVICE)
+    A_log = torch.rand(HV, generator=gen).to(DEVICE)
+    dt_bias = torch.randn(HV * K if kda else HV, generator=gen).to(DEVICE)
+    args = (qkv, a, b, A_log, dt_bias, slots, widths, cu, CONFIG)
+
+    replay_matrix_fold(apart, slots, fold_from, CONFIG, layer=1)
+    want = replay_precompute_forward(apart, 1, *args)
+    before = {name: t.clone() for name, t in vars(fused).items()}
+    got = replay_precompute_forward(fused, 1, *args, fold_from=fold_from)
+
+    exact = interpreting()
+    assert torch.isfinite(got).all()
+    assert torch.equal(got, want) if exact else _rms(got, want) <= FP32_RMS
+    for name, t in vars(fused).items():
+        assert torch.equal(t[0], before[name][0]) if name != "cursor" else True, f"layer 0's {name} was written"
+        if exact or name != "ssm":
+            assert torch.equal(t, getattr(apart, name)), f"{name} differs from the fold launch's"
+        else:
+            assert _rms(t, apart.ssm) <= FP32_RMS
+    with pytest.raises(ValueError, match="fold_from must be"):
+        replay_precompute_forward(fused, 1, *args, fold_from=fold_from[:2])

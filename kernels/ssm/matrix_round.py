@@ -10,7 +10,8 @@ block) is a `W x W` forward substitution, fp32 on CUDA cores:
     d_t = beta_t (v_t - HW_k[t] - sum_{i<t} A[k_t, i] d_i)
     o_t = HW_q[t] + sum_{i<=t} A[q_t, i] d_i
 
-The gates are the callers' business: they scale `X`, `HW` and `A` before `solve_round`.
+The gates are the callers' business: they scale `X`, `HW` and `A` before `solve_round`. `matrix_blocks`
+is the launch options every matrix-form kernel takes (the replay matrix fold's, which has no round, too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernels.ssm.step import gdn_log_gate, kda_log_gate, round_to
+from kernels.common.triton_cpu import interpreting
+from kernels.ssm.configs import Config, check_config
+from kernels.ssm.dot_precision import PRECISIONS
+from kernels.ssm.step import ENABLE_FP_FUSION, gdn_log_gate, kda_log_gate, round_to
 
 
 @triton.jit
@@ -136,3 +140,15 @@ def round_chunk(qkv, a, dt_bias, bos, o_t, m_t, o_k, m_k, i_h, i_hv, r_q, r_k, b
         b_gamk = b_gk
         b_x = stack_rows(b_k, b_q)
     return x_k, b_k, b_x, b_gk, b_gamk
+
+
+def matrix_blocks(kernel: str, config: Config, K: int, V: int, precision: str) -> dict:
+    """What every matrix-form kernel takes (`matrix_launch`, and the replay matrix fold, which has no
+    round): `KP`, `BK`, `BV`, `PREC` (ieee in the interpreter), `num_warps`, `num_stages`, fp fusion off."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+    config = check_config(kernel, config)
+    KP = triton.next_power_of_2(K)
+    return {"KP": KP, "BK": min(config["BK"], KP), "BV": min(config["BV"], max(16, triton.next_power_of_2(V))),
+            "PREC": "ieee" if interpreting() else precision,
+            "num_warps": config["num_warps"], "num_stages": config["num_stages"], "enable_fp_fusion": ENABLE_FP_FUSION}

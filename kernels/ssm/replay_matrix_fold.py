@@ -36,36 +36,25 @@ import triton.language as tl
 
 from kernels.ssm.configs import REPLAY_MATRIX_FOLD, Config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION
+from kernels.ssm.matrix_round import matrix_blocks
 from kernels.ssm.replay import ReplayPool, fold_destination
-from kernels.ssm.replay_precompute import matrix_blocks
 from kernels.ssm.step import round_to
 
 
-@triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
-def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst, dst_index,
-                              dst_stride_req, dst_stride_layer, cap, layer0,
-                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr,
-                              J: tl.constexpr, IS_KDA: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr,
-                              BV: tl.constexpr, PREC: tl.constexpr):
-    """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards) and
-    value head of a row with `fold_from[r] >= 0`, and store it, rounded once, at `dst + dst_index[r] *
-    dst_stride_req + layer * dst_stride_layer`. KP: K padded to a power of two."""
-    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    old_cursor = tl.load(fold_from + i_n)
-    if old_cursor < 0:
-        return
-    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
-    i_h = i_hv // (HV // H)
+@triton.jit
+def fold_block(ssm, hist_k, hist_d, hist_g, p_dst, row, i_h, i_hv, old_cursor, o_v, m_v,
+               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr, J: tl.constexpr,
+               IS_KDA: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+    """Fold the `old_cursor % P` records of pool row `row` (layer-major: `layer * cap + slot`) and value head
+    `i_hv` into its `[K, BV]` checkpoint block of columns `o_v`, and store it, rounded once, at `p_dst` (the
+    head's `[K, V]` block: the checkpoint itself or a snapshot's). Also the matrix variants' forward's first
+    step for a row that folds (kernels/ssm/replay_precompute.py)."""
     GW: tl.constexpr = K if IS_KDA else 1
-    slot = tl.load(slots + i_n).to(tl.int64)
-    row = i_l * cap + slot  # int64 through slot
     count = old_cursor % P
     base = (old_cursor // P) * (P // 2)
     o_j = tl.arange(0, J)  # record since the checkpoint
     m_j = o_j < count
     m_jn = (o_j + 1) < count
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_v = o_v < V
     p_hk = hist_k + (row * H + i_h) * P * K
     p_hg = hist_g + (row * HV + i_hv) * P * GW
     b_dd = tl.load(hist_d + ((row * HV + i_hv) * P + base + o_j)[:, None] * V + o_v[None, :],
@@ -76,8 +65,6 @@ def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst
         b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_jn, other=0.0), 0, reverse=True)
         b_dd = b_dd * tl.exp(b_rel)[:, None]
     p_s0 = ssm + (row * HV + i_hv) * K * V
-    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
-             + i_hv * K * V)
     for k0 in range(0, KP, BK):
         o_k = k0 + tl.arange(0, BK)
         m_k = o_k < K
@@ -95,6 +82,28 @@ def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst
             b_s = b_s * b_ec
         b_s = tl.dot(tl.trans(b_kd), b_dd, b_s, input_precision=PREC)
         tl.store(p_dst + o_k[:, None] * V + o_v[None, :], round_to(b_s, ssm.dtype.element_ty), mask=m_h)
+
+
+@triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
+def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst, dst_index,
+                              dst_stride_req, dst_stride_layer, cap, layer0,
+                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, P: tl.constexpr,
+                              J: tl.constexpr, IS_KDA: tl.constexpr, KP: tl.constexpr, BK: tl.constexpr,
+                              BV: tl.constexpr, PREC: tl.constexpr):
+    """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards) and
+    value head of a row with `fold_from[r] >= 0`, and store it, rounded once, at `dst + dst_index[r] *
+    dst_stride_req + layer * dst_stride_layer`. KP: K padded to a power of two."""
+    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    old_cursor = tl.load(fold_from + i_n)
+    if old_cursor < 0:
+        return
+    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
+    slot = tl.load(slots + i_n).to(tl.int64)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
+             + i_hv * K * V)
+    fold_block(ssm, hist_k, hist_d, hist_g, p_dst, i_l * cap + slot, i_hv // (HV // H), i_hv, old_cursor, o_v,
+               o_v < V, H, HV, K, V, P, J, IS_KDA, KP, BK, BV, PREC)
 
 
 def matrix_fold_supported(K: int, V: int, history_dtype: torch.dtype) -> str | None:

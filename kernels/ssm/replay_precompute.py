@@ -26,14 +26,18 @@ at a time, and every product of a K reduction runs at `precision` (`tl.dot`'s `i
 and the `[BV, W] x [W, W]` round terms are fp32 on CUDA cores. `d_t` and `k_t` are rounded to the
 history dtype before any later use, as the records hold them.
 
-Outputs are held to contract 2's tolerance against native, never to bitwise equality. Folds run before the
-forward, in `replay_fold`'s launch for the layer (native's step, so folded states equal native's bit for bit
-with fp32 state), not inside it: a fold branch here holds a `[K, BV]` block across a token loop, and the
-kernel's registers follow its largest branch (measured at BV 64 on 2 warps, results/reference/h200-2026-12-03b:
-255 registers and 4 programs an SM with the fold inside, 216 us a layer at batch 128; 72 registers without it
-(scripts/sass_stats.py); folding 8 columns at a time inside took 96-128 registers, 186 us a layer, but 1303 us a
-launch where every row folds). The raw records
-(conv outputs, beta, the log gate) come from the same elementwise helpers as the inline forward's, bit for bit.
+Outputs are held to contract 2's tolerance against native, never to bitwise equality. The token fold (the
+`precompute*` variants: native's step, so folded states equal native's bit for bit with fp32 state) runs
+before the forward, in `replay_fold`'s launch for the layer, not inside it: a token-fold branch here holds a
+`[K, BV]` block across a token loop, and the kernel's registers follow its largest branch (measured at BV 64
+on 2 warps, results/reference/h200-2026-12-03b: 255 registers and 4 programs an SM with the fold inside,
+216 us a layer at batch 128; 72 registers without it (scripts/sass_stats.py); folding 8 columns at a time
+inside took 96-128 registers, 186 us a layer, but 1303 us a launch where every row folds). The matrix fold
+(the `matrix*` variants, kernels/ssm/replay_matrix_fold.py) has no token loop, so it runs here, as the
+first loop of a folding row's program (`FOLD`): its own loop over the block's K chunks, then the forward
+reads the folded block back, which saves the fold launch's second read of the state from DRAM. The raw
+records (conv outputs, beta, the log gate) come from the same elementwise helpers as the inline forward's,
+bit for bit.
 
 Config `replay-precompute`: `BV` (V block, >= 16), `BK` (K chunk, >= 16), `num_warps`, `num_stages`.
 """
@@ -44,13 +48,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.common.triton_cpu import interpreting
-from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config, check_config
-from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
-from kernels.ssm.matrix_round import round_chunk, round_scalars, solve_round, stack_vec
+from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config
+from kernels.ssm.dot_precision import DEFAULT_PRECISION
+from kernels.ssm.matrix_round import matrix_blocks, round_chunk, round_scalars, solve_round, stack_vec
 from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay import ReplayPool, check_replay_round
-from kernels.ssm.step import ENABLE_FP_FUSION, round_to
+from kernels.ssm.replay_matrix_fold import fold_block, matrix_fold_supported
+from kernels.ssm.step import round_to
 
 # The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
 # no pair score overflows or flushes to zero).
@@ -60,14 +64,16 @@ KDA_MAX_LOG_SPAN = 80.0
 @triton.jit(do_not_specialize=["layer", "cap", "n"])
 def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
                              ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
-                             slots, widths, cu_seqlens, layer, cap, n, scale, lower_bound,
+                             slots, widths, cu_seqlens, fold_from, layer, cap, n, scale, lower_bound,
                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
                              P: tl.constexpr, WP: tl.constexpr, J: tl.constexpr, IS_KDA: tl.constexpr,
-                             KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+                             KP: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr,
+                             FOLD: tl.constexpr):
     """Grid `(cdiv(V, BV) * n * HV,)`: one layer's round for one row, value head and V block.
 
     WP: the round width padded to a power of two (>= 4); J: the history length padded to >= 16 (the
-    smallest tensor-core reduction); KP: K padded to a power of two (the fold's block).
+    smallest tensor-core reduction); KP: K padded to a power of two (the fold's block). FOLD: a row with
+    `fold_from[r] >= 0` first folds its block in matrix form (`fold_block`) and reads it back.
     """
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
@@ -95,6 +101,18 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
     if not IS_KDA:
         b_gam = tl.cumsum(b_g, 0)  # Γ_t
 
+    p_s0 = ssm + (row * HV + i_hv) * K * V
+    if FOLD:
+        f_cur = tl.load(fold_from + i_n)
+        if f_cur >= 0:
+            # Fold first, in its own loop over the block: its registers are not live beside the forward's
+            # (one loop doing both took 251 registers against 137 at BV 32 on one warp, sm_90), and the
+            # forward below reads the folded block back from L2 instead of a second launch reading it from
+            # DRAM. The barrier makes this program's stores visible to all its threads (other lanes load
+            # what a lane stored: the forward's loads are transposed).
+            fold_block(ssm, hist_k, hist_d, hist_g, p_s0, row, i_h, i_hv, f_cur, o_v, m_v,
+                       H, HV, K, V, P, J, IS_KDA, KP, BK, BV, PREC)
+            tl.debug_barrier()
     # the history since the checkpoint (the cursor was flipped by prepare for rows that fold: count 0)
     cur = tl.load(cursor + slot, mask=w > 0, other=0)
     count = cur % P
@@ -108,8 +126,6 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
         b_gc = tl.sum(tl.load(p_hg + base + o_j, mask=m_j, other=0.0), 0)  # G_c
         # record j decays by the gates after it: a reverse cumsum of the gates shifted by one
         b_rel = tl.cumsum(tl.load(p_hg + base + o_j + 1, mask=m_jn, other=0.0), 0, reverse=True)
-
-    p_s0 = ssm + (row * HV + i_hv) * K * V
 
     # K reductions, chunk by chunk
     b_hw = tl.zeros([BV, 2 * WP], dtype=tl.float32)  # HW^T: checkpoint (+ history) projections
@@ -189,18 +205,6 @@ def matrix_launch(kernel: str, config: Config, K: int, V: int, W: int, is_kda: b
     return {**matrix_blocks(kernel, config, K, V, precision), "WP": max(4, triton.next_power_of_2(W))}
 
 
-def matrix_blocks(kernel: str, config: Config, K: int, V: int, precision: str) -> dict:
-    """What every matrix-form kernel takes (`matrix_launch`, and the replay matrix fold, which has no
-    round): `KP`, `BK`, `BV`, `PREC` (ieee in the interpreter), `num_warps`, `num_stages`, fp fusion off."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
-    config = check_config(kernel, config)
-    KP = triton.next_power_of_2(K)
-    return {"KP": KP, "BK": min(config["BK"], KP), "BV": min(config["BV"], max(16, triton.next_power_of_2(V))),
-            "PREC": "ieee" if interpreting() else precision,
-            "num_warps": config["num_warps"], "num_stages": config["num_stages"], "enable_fp_fusion": ENABLE_FP_FUSION}
-
-
 def replay_precompute_forward(
     pool: ReplayPool,
     layer: int,
@@ -216,10 +220,14 @@ def replay_precompute_forward(
     lower_bound: float = -5.0,
     out: torch.Tensor | None = None,
     precision: str = DEFAULT_PRECISION,
+    fold_from: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One layer of a replay round with the precompute forward: outputs from checkpoint + history as
-    matrix products, records appended. The rows that `replay_prepare` marked must have folded this layer
-    first (`replay_fold(..., layer=layer)`): the history fits with the round, `count + width <= Lh`.
+    matrix products, records appended. The rows that `replay_prepare` marked either folded this layer
+    first (`fold_from` None: `replay_fold(..., layer=layer)` or `replay_matrix_fold` ran; the history fits
+    with the round, `count + width <= Lh`) or fold here (`fold_from` given, the `matrix*` variants): such a
+    row's program folds its checkpoint block as `replay_matrix_fold` does (the same helper and formula,
+    at this launch's BV / BK) and then runs the forward on it, which saves that launch's second read of the state.
 
     Args:
         pool: the replay pool; records of `layer` go to ring positions `base + count + t`.
@@ -235,8 +243,10 @@ def replay_precompute_forward(
         config: a `replay-precompute` config (`BV`, `BK` >= 16, `num_warps`, `num_stages`).
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
-        precision: `tl.dot` input precision of the K reductions (`PRECISIONS`); the interpreter
-            computes every product in fp32 whatever is asked.
+        precision: `tl.dot` input precision of the K reductions (`PRECISIONS`) and of the fold; the
+            interpreter computes every product in fp32 whatever is asked.
+        fold_from: None, or `[n]` int32 from `replay_prepare` (batch row -> old cursor, -1: no fold); needs
+            an fp32 history (`matrix_fold_supported`).
 
     Returns:
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
@@ -245,10 +255,16 @@ def replay_precompute_forward(
     n = slots.shape[0]
     W, is_kda, out = check_replay_round(pool, layer, qkv, a, b, A_log, dt_bias, slots, widths, cu_seqlens, out)
     opts = matrix_launch(REPLAY_PRECOMPUTE, config, K, V, W, is_kda, lower_bound, precision)
+    if fold_from is not None:
+        why = matrix_fold_supported(K, V, pool.hist_d.dtype)
+        if why:
+            raise ValueError(why)
+        if fold_from.shape != (n,) or fold_from.dtype != torch.int32:
+            raise ValueError(f"fold_from must be [{n}] int32, got {tuple(fold_from.shape)} {fold_from.dtype}")
     replay_precompute_kernel[(triton.cdiv(V, opts["BV"]) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,
-        slots, widths, cu_seqlens, layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, P=P, J=max(16, P // 2), IS_KDA=is_kda, **opts,
+        slots, widths, cu_seqlens, slots if fold_from is None else fold_from, layer, cap, n, K**-0.5, lower_bound,
+        H=H, HV=HV, K=K, V=V, W=W, P=P, J=max(16, P // 2), IS_KDA=is_kda, FOLD=fold_from is not None, **opts,
     )
     return out
