@@ -83,20 +83,5 @@ for part in "${parts[@]}"; do
       --memory-budget-gib 140 --autotune-cache "$cache" --out "$work/runs" --json "${extra[@]}"
   done
   echo "== $name: $OUT/$name.tgz"
-  $PY - "$work/runs" <<'EOF'
-import sys
-from pathlib import Path
-
-import pandas as pd
-
-for run in sorted(Path(sys.argv[1]).iterdir()):
-    csv = run / "throughput.csv"
-    if run.name.endswith(".partial") or "autotune" in run.name or not csv.is_file():
-        continue
-    t = pd.read_csv(csv)
-    t["mode"] = (t["mode"] + "-" + t["variant"].fillna("")).str.rstrip("-") + "/" + t["backend"]
-    t["cell"] = t["median_us"].map("{:.0f}".format).where(t["status"] == "passed", t["status"])
-    print(f"-- {run.name}: {t['scenario'][0]} drafts {t['drafts'][0]} {t['state_dtype'][0]} (median us or status)")
-    print(t.pivot_table(index="batch", columns="mode", values="cell", aggfunc="first").to_string())
-EOF
+  $PY scripts/print_rows.py "$work/runs"
 done

@@ -204,7 +204,7 @@ def main() -> None:
             sass = disassemble(cubin)
             total, ops = sass_counts(sass)
             res = resources(cubin)
-            label = (name if len(cap.compiled) == 1 else f"{name}:{kname[:6]}") + (f":{prec}" if prec else "")
+            label = (name if len(cap.compiled) == 1 else f"{name}:{kname.removesuffix('_kernel')}") + (f":{prec}" if prec else "")
             print(f"{label:<26} {tag:<16} {res['regs']:>5} {res['spill_bytes']:>6} {total:>6} "
                   + " ".join(f"{ops.get(c, 0):>5}" for c in CLASSES), flush=True)
             if args.by_line:

@@ -146,6 +146,22 @@ def replay_prepare_kernel(cursor, slots, widths, fold_from, n, P: tl.constexpr, 
     tl.store(cursor + slot, (1 - cur // P) * P, mask=m_r & fold)
 
 
+@triton.jit
+def fold_program(fold_from, slots, dst, dst_index, dst_stride_req, dst_stride_layer, cap, layer0,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
+    """What a fold launch's program `(V block, batch row, layer * HV + head)` works on: `(old_cursor, row,
+    i_hv, o_v, p_dst)`, the row's cursor before its flip (< 0: the row does not fold, and the caller
+    returns), its pool row (`layer * cap + slot`), the value head, the block's V columns and the head's
+    `[K, V]` destination block."""
+    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    old_cursor = tl.load(fold_from + i_n)
+    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
+    slot = tl.load(slots + i_n).to(tl.int64)
+    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
+             + i_hv * K * V)
+    return old_cursor, i_l * cap + slot, i_hv, i_v * BV + tl.arange(0, BV), p_dst
+
+
 @triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
 def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, dst, dst_index,
                        dst_stride_req, dst_stride_layer, cap, layer0,
@@ -154,24 +170,18 @@ def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, ds
     """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards)
     and head of a row with `fold_from[r] >= 0` and store it, rounded once, at `dst + dst_index[r] *
     dst_stride_req + layer * dst_stride_layer`."""
-    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    old_cursor = tl.load(fold_from + i_n)
+    old_cursor, row, i_hv, o_v, p_dst = fold_program(fold_from, slots, dst, dst_index, dst_stride_req,
+                                                     dst_stride_layer, cap, layer0, HV, K, V, BV)
     if old_cursor < 0:
         return
-    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
-    slot = tl.load(slots + i_n).to(tl.int64)
     o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
     o_h = o_k[:, None] * V + o_v[None, :]
-    row = i_l * cap + slot
     b_h = tl.load(ssm + (row * HV + i_hv) * K * V + o_h, mask=m_h, other=0.0).to(tl.float32)
     b_h = fold_records(b_h, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k, m_k, o_v, m_v,
                        H, HV, K, V, P, IS_KDA)
-    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
-             + i_hv * K * V + o_h)
-    tl.store(p_dst, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
+    tl.store(p_dst + o_h, round_to(b_h, ssm.dtype.element_ty), mask=m_h)
 
 
 @triton.jit(do_not_specialize=["layer", "cap", "n"])

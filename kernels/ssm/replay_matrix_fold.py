@@ -37,7 +37,7 @@ import triton.language as tl
 from kernels.ssm.configs import REPLAY_MATRIX_FOLD, Config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION
 from kernels.ssm.matrix_round import matrix_blocks
-from kernels.ssm.replay import ReplayPool, fold_destination
+from kernels.ssm.replay import ReplayPool, fold_destination, fold_program
 from kernels.ssm.step import round_to
 
 
@@ -93,17 +93,12 @@ def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst
     """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards) and
     value head of a row with `fold_from[r] >= 0`, and store it, rounded once, at `dst + dst_index[r] *
     dst_stride_req + layer * dst_stride_layer`. KP: K padded to a power of two."""
-    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    old_cursor = tl.load(fold_from + i_n)
+    old_cursor, row, i_hv, o_v, p_dst = fold_program(fold_from, slots, dst, dst_index, dst_stride_req,
+                                                     dst_stride_layer, cap, layer0, HV, K, V, BV)
     if old_cursor < 0:
         return
-    i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
-    slot = tl.load(slots + i_n).to(tl.int64)
-    o_v = i_v * BV + tl.arange(0, BV)
-    p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
-             + i_hv * K * V)
-    fold_block(ssm, hist_k, hist_d, hist_g, p_dst, i_l * cap + slot, i_hv // (HV // H), i_hv, old_cursor, o_v,
-               o_v < V, H, HV, K, V, P, J, IS_KDA, KP, BK, BV, PREC)
+    fold_block(ssm, hist_k, hist_d, hist_g, p_dst, row, i_hv // (HV // H), i_hv, old_cursor, o_v, o_v < V,
+               H, HV, K, V, P, J, IS_KDA, KP, BK, BV, PREC)
 
 
 def matrix_fold_supported(K: int, V: int, history_dtype: torch.dtype) -> str | None:
