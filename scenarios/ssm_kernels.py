@@ -155,14 +155,25 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
                                                     cu, c, lb, **prec),
                 n * (2 * state + kept * record + W * (record + tok_in)))
 
+    # (each case's closure binds its own pool, records and buffer: later cases reuse the names)
     P = 2 * history_len
+    folded = history_len - W + 2  # the records a folding row holds: it overflows the half it fills
+
+    def every_row_folds(state) -> torch.Tensor:
+        """Put every row where `replay_prepare` leaves a row that folds (the cursor on the other half,
+        count 0); its fold_from: the `folded` records of the first half."""
+        state.cursor[:n] = P
+        return torch.full((n,), folded, dtype=torch.int32, device=device)
+
     for name, fold in ((REPLAY_FORWARD, False), ("replay-forward-folding", True)):
         if name not in names:
             continue
         rep, _ = _pool(geom, params, replace(base, mode="replay", variant="inline"), seed)
-        count = history_len - W + 2 if fold else history  # a folding row overflows the half it fills
-        rep.cursor[:n] = P if fold else history  # after prepare a folding row reads the other half, count 0
-        fold_from = torch.full((n,), count if fold else -1, dtype=torch.int32, device=device)
+        if fold:
+            count, fold_from = folded, every_row_folds(rep)
+        else:
+            rep.cursor[:n] = count = history
+            fold_from = torch.full((n,), -1, dtype=torch.int32, device=device)
         moved = n * (state + W * (derived + raw + tok_in) + (count * (raw + HV * gw * 4) + state if fold
                                                              else history * derived))
         add(name, REPLAY_FORWARD,
@@ -174,7 +185,7 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         count = history_len
         fold_from = torch.full((n,), count, dtype=torch.int32, device=device)
         dst = torch.empty(n, 1, HV, K, V, dtype=state_dtype, device=device)
-        add(REPLAY_FOLD, REPLAY_FOLD, lambda c: replay_fold(rep._pool, slots, fold_from, c, dst=dst),
+        add(REPLAY_FOLD, REPLAY_FOLD, lambda c, r=rep, f=fold_from, d=dst: replay_fold(r._pool, slots, f, c, dst=d),
             n * (2 * state + count * (raw + HV * gw * 4)))
     if REPLAY_MATRIX_FOLD in names and matrix_fold_supported(K, V, base.history_dtype) is None:
         mat, _ = _pool(geom, params, replace(base, mode="replay", variant="matrix"), seed)
@@ -182,7 +193,7 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
         fold_from = torch.full((n,), count, dtype=torch.int32, device=device)
         dst = torch.empty(n, 1, HV, K, V, dtype=state_dtype, device=device)
         add(REPLAY_MATRIX_FOLD, REPLAY_MATRIX_FOLD,
-            lambda c: replay_matrix_fold(mat._pool, slots, fold_from, c, dst=dst, **prec),
+            lambda c, m=mat, f=fold_from, d=dst: replay_matrix_fold(m._pool, slots, f, c, dst=d, **prec),
             n * (2 * state + count * derived))
     if REPLAY_PRECOMPUTE in names and precompute_supported(K, V, geom.family, W, lb) is None:
         pre, _ = _pool(geom, params, replace(base, mode="replay", variant="precompute"), seed)
@@ -195,11 +206,10 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
             and matrix_fold_supported(K, V, base.history_dtype) is None):
         # the matrix variants' forward where every row folds inside it (the round a row's ring half fills)
         mat, _ = _pool(geom, params, replace(base, mode="replay", variant="matrix"), seed)
-        count = history_len - W + 2
-        mat.cursor[:n] = P  # after prepare: the other half, count 0
-        fold_from = torch.full((n,), count, dtype=torch.int32, device=device)
+        fold_from = every_row_folds(mat)
         add("replay-precompute-folding", REPLAY_PRECOMPUTE,
-            lambda c: replay_precompute_forward(mat._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots, widths,
-                                                cu, c, lb, fold_from=fold_from, **prec),
-            n * (2 * state + W * (derived + raw + tok_in) + count * derived))
+            lambda c, m=mat, f=fold_from: replay_precompute_forward(m._pool, 0, qkv, x.a, x.b, p.A_log[0],
+                                                                    p.dt_bias[0], slots, widths, cu, c, lb, fold_from=f,
+                                                                    **prec),
+            n * (2 * state + W * (derived + raw + tok_in) + folded * derived))
     return cases

@@ -147,19 +147,18 @@ def replay_prepare_kernel(cursor, slots, widths, fold_from, n, P: tl.constexpr, 
 
 
 @triton.jit
-def fold_program(fold_from, slots, dst, dst_index, dst_stride_req, dst_stride_layer, cap, layer0,
+def fold_program(i_n, slots, dst, dst_index, dst_stride_req, dst_stride_layer, cap, layer0,
                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr):
-    """What a fold launch's program `(V block, batch row, layer * HV + head)` works on: `(old_cursor, row,
-    i_hv, o_v, p_dst)`, the row's cursor before its flip (< 0: the row does not fold, and the caller
-    returns), its pool row (`layer * cap + slot`), the value head, the block's V columns and the head's
-    `[K, V]` destination block."""
-    i_v, i_n, i_lh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    old_cursor = tl.load(fold_from + i_n)
+    """What a fold launch's program `(V block, batch row i_n, layer * HV + head)` of a folding row works on:
+    `(row, i_hv, o_v, p_dst)`, its pool row (`layer * cap + slot`), the value head, the block's V columns and
+    the head's `[K, V]` destination block. (The caller returns first where the row does not fold, so those
+    programs load nothing more.)"""
+    i_v, i_lh = tl.program_id(0), tl.program_id(2)
     i_l, i_hv = layer0 + i_lh // HV, i_lh % HV
     slot = tl.load(slots + i_n).to(tl.int64)
     p_dst = (dst + tl.load(dst_index + i_n).to(tl.int64) * dst_stride_req + i_l.to(tl.int64) * dst_stride_layer
              + i_hv * K * V)
-    return old_cursor, i_l * cap + slot, i_hv, i_v * BV + tl.arange(0, BV), p_dst
+    return i_l * cap + slot, i_hv, i_v * BV + tl.arange(0, BV), p_dst
 
 
 @triton.jit(do_not_specialize=["dst_stride_req", "dst_stride_layer", "cap", "layer0"])
@@ -170,10 +169,12 @@ def replay_fold_kernel(ssm, raw_k, raw_v, raw_beta, hist_g, slots, fold_from, ds
     """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards)
     and head of a row with `fold_from[r] >= 0` and store it, rounded once, at `dst + dst_index[r] *
     dst_stride_req + layer * dst_stride_layer`."""
-    old_cursor, row, i_hv, o_v, p_dst = fold_program(fold_from, slots, dst, dst_index, dst_stride_req,
-                                                     dst_stride_layer, cap, layer0, HV, K, V, BV)
+    i_n = tl.program_id(1)
+    old_cursor = tl.load(fold_from + i_n)
     if old_cursor < 0:
         return
+    row, i_hv, o_v, p_dst = fold_program(i_n, slots, dst, dst_index, dst_stride_req, dst_stride_layer, cap, layer0,
+                                         HV, K, V, BV)
     o_k = tl.arange(0, BK)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]

@@ -93,10 +93,12 @@ def replay_matrix_fold_kernel(ssm, hist_k, hist_d, hist_g, slots, fold_from, dst
     """Grid `(cdiv(V, BV), n, layers * HV)`: fold one `[K, BV]` block of one layer (`layer0` onwards) and
     value head of a row with `fold_from[r] >= 0`, and store it, rounded once, at `dst + dst_index[r] *
     dst_stride_req + layer * dst_stride_layer`. KP: K padded to a power of two."""
-    old_cursor, row, i_hv, o_v, p_dst = fold_program(fold_from, slots, dst, dst_index, dst_stride_req,
-                                                     dst_stride_layer, cap, layer0, HV, K, V, BV)
+    i_n = tl.program_id(1)
+    old_cursor = tl.load(fold_from + i_n)
     if old_cursor < 0:
         return
+    row, i_hv, o_v, p_dst = fold_program(i_n, slots, dst, dst_index, dst_stride_req, dst_stride_layer, cap, layer0,
+                                         HV, K, V, BV)
     fold_block(ssm, hist_k, hist_d, hist_g, p_dst, row, i_hv // (HV // H), i_hv, old_cursor, o_v, o_v < V,
                H, HV, K, V, P, J, IS_KDA, KP, BK, BV, PREC)
 
