@@ -193,23 +193,29 @@ def host_available_bytes() -> int | None:
         return None
 
 
+class DeviceBudgetError(ValueError):
+    """A case whose smallest variant does not fit in the device's free memory (`check_fits`): the run refuses
+    it only when no case of the run fits; beside cases that do, it runs into its `oom` rows."""
+
+
 def check_fits(memory: Any, device: str, where: str) -> None:
     """Refuse a case whose predicted memory (`scenarios.base.CaseMemory`) exceeds what is free now.
 
-    CUDA: refused when even the smallest variant cannot fit in the device's free memory; a variant that
-    alone does not fit runs into `oom_guard` and becomes an `oom` row (SPEC §8). CPU: Linux overcommits
-    and kills the process instead of failing an allocation, so there is nothing to catch: the case is
-    refused when its largest variant does not fit in the available host memory.
+    CUDA: DeviceBudgetError when even the smallest variant cannot fit in the device's free memory; a
+    variant that alone does not fit runs into `oom_guard` and becomes an `oom` row (SPEC §8). CPU (and the
+    host side of a CUDA case): Linux overcommits and kills the process instead of failing an allocation, so
+    there is nothing to catch: ValueError when the largest variant does not fit in the available host memory.
     """
     cuda = device.startswith("cuda")
     host = memory.host + (0 if cuda else memory.device_bytes(largest=True))
-    checks = [(host, host_available_bytes(), "the host has")]
+    checks = [(host, host_available_bytes(), "the host has", ValueError)]
     if cuda:
-        checks.append((memory.device_bytes(largest=False), device_memory(device)[0], f"{device} has"))
-    for need, free, who in checks:
+        checks.append((memory.device_bytes(largest=False), device_memory(device)[0], f"{device} has",
+                       DeviceBudgetError))
+    for need, free, who, error in checks:
         if free is not None and need > free:
-            raise ValueError(f"{memory.subject}: {where} needs about {_gib(need)} and {who} {_gib(free)} free; "
-                             f"{memory.hint}")
+            raise error(f"{memory.subject}: {where} needs about {_gib(need)} and {who} {_gib(free)} free; "
+                        f"{memory.hint}")
 
 
 def _gib(n: int) -> str:

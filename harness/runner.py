@@ -178,8 +178,19 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
     if options.get("autotune_cache") is not None:
         check_cache(options["autotune_cache"])
     device = given(options.get("device"), "cpu")
+    # A case the device cannot hold is refused only when no case can: beside cases that fit (a sweep over
+    # batches) it runs, and its allocations become `oom` rows with the bytes they wanted (SPEC §8), data
+    # for `harness advise` rather than a run refused over its largest batch.
+    over = []
     for case in cases:
-        memory.check_fits(scenario.memory(case, device), device, f"{scenario.name} on {case.preset}")
+        try:
+            memory.check_fits(scenario.memory(case, device), device, f"{scenario.name} on {case.preset}")
+        except memory.DeviceBudgetError as e:
+            over.append(e)
+    if over and len(over) == len(cases):
+        raise ValueError(str(over[0])) from None
+    for e in over:
+        print(f"{scenario.name}: {e} (beside cases that fit, it runs into oom rows)", file=sys.stderr, flush=True)
     return cases
 
 

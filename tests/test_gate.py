@@ -148,7 +148,27 @@ def test_gate_fails_on_an_oom_the_budget_did_not_predict_and_on_unpaired_compari
                  "contract 1 compact == native: compact-deferred/torch vs native/torch ssm: no partner",
                  "contract 2 replay vs native: replay/torch vs native/torch o: no partner"):
         _fails(outcome, CASE_GDN, pair)
-    _fails(outcome, "expected variant compact/torch: mismatch")
+    # the variants themselves ran to the end and matched the fp64 reference: their rows are not mismatches
+    assert not [line for line in outcome.lines if "expected variant compact/torch" in line], outcome.lines
+
+
+def test_a_run_keeps_the_timings_of_variants_whose_partner_ran_out_of_memory(tmp_path, monkeypatch):
+    """Native out of memory at a batch where compact and replay fit (Qwen3-Next batch 256 on an 80 GB card):
+    their rows stay `passed` with timings and say which contracts went unchecked; the comparisons against
+    native still fail, so the run does not pass."""
+    from harness.runner import run_scenario
+
+    _oom_in(monkeypatch, "native")
+    outcome = run_scenario("mtp-fixed", {"preset": "tiny-gdn", "batch": "2", "rounds": 2, "history_len": 4,
+                                         "backend": "torch", "warmup": 0, "rep": 2},
+                           argv=["harness", "run"], out_root=tmp_path)
+    rows = {(r["mode"], r.get("variant") or ""): r for r in outcome.rows}
+    assert rows[("native", "")]["status"] == "oom"
+    for key in (("compact", "accept"), ("compact", "deferred"), ("replay", "inline")):
+        row = rows[key]
+        assert row["status"] == "passed" and row["median_us"] > 0, row
+        assert "unchecked (contract " in row["reason"] and "vs native/torch: out of memory" in row["reason"], row
+    assert not outcome.equivalence.passed
 
 
 def test_gate_accepts_an_oom_the_budget_predicted(tmp_path, monkeypatch):

@@ -266,3 +266,32 @@ def test_run_isolated_times_out() -> None:
 def test_run_isolated_rejects_a_malformed_path() -> None:
     with pytest.raises(ValueError, match="'package.module:function'"):
         run_isolated("harness.memory.run_guarded", {}, timeout=5)
+
+
+def test_a_run_refuses_device_budget_only_when_no_case_fits(monkeypatch, tmp_path, capsys) -> None:
+    """`plan_run` on CUDA: a case whose smallest variant is over the free device memory runs beside cases that
+    fit (its allocations become oom rows, sweep data); a run in which no case fits is refused, one line."""
+    from types import SimpleNamespace
+
+    from harness import memory, runner
+    from scenarios.base import CaseMemory
+
+    free = 10 * GIB
+    monkeypatch.setattr(memory, "device_memory", lambda device=None: (free, 2 * free))
+    sizes = {1: GIB, 512: 3 * free}  # batch -> the case's device bytes
+
+    def scenario(batches):
+        return SimpleNamespace(
+            name="mtp-fixed",
+            plan=lambda options: [SimpleNamespace(preset="qwen3-next", batch=b) for b in batches],
+            memory=lambda case, device: CaseMemory(subject=f"--batch {case.batch}", device=sizes[case.batch],
+                                                   variants={"native/triton": 0}, hint="lower --batch"))
+
+    cases = runner.plan_run(scenario([1, 512]), {"device": "cuda"}, tmp_path / "out")
+    assert [c.batch for c in cases] == [1, 512]
+    err = capsys.readouterr().err
+    assert "--batch 512: mtp-fixed on qwen3-next needs about 30.0 GiB and cuda has 10.0 GiB free" in err
+    assert "--batch 1:" not in err
+    with pytest.raises(ValueError, match=r"^--batch 512: mtp-fixed on qwen3-next needs about 30\.0 GiB and cuda has"):
+        runner.plan_run(scenario([512]), {"device": "cuda"}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything is written
