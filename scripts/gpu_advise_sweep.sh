@@ -26,6 +26,9 @@
 #   parts, so later parts compile less; RUN_TIMEOUT (default 330 s) bounds each harness command.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# Batch 1..512 in one process: without expandable segments the caching allocator's fragments from the small
+# batches made batch 512 `oom` at 36 GiB asked with 34 GiB reserved and unused (h100-2026-12-07, part 1).
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/runs/advise-sweep}
 BATCH=${BATCH:-1,8,32,128,256,512}
