@@ -21,7 +21,7 @@ import torch
 
 from kernels.ssm.baselines.base import PoolSpec
 from kernels.ssm.baselines.sglang import ring_len
-from states.base import MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, StateConfig, _nbytes
+from states.base import MATRIX_FOLD_PRECISION, StateConfig, _nbytes, separate_fold_launch
 from states.compact import CompactState
 from states.geometry import SSMGeometry
 
@@ -95,14 +95,15 @@ def replay_round_bytes(
     """Replay: forward reads the checkpoint and the `count` derived history records since it, and
     writes `w` derived + raw records; a request whose history would overflow first folds: it reads its
     `count` raw records plus log gates and writes the checkpoint once. The `inline` forward folds from
-    the checkpoint it read anyway; the precompute variants fold in a launch of their own before the
-    forward, which reads the checkpoint once more. `counts` are the accepted records before the round's
-    fold decision."""
+    the checkpoint it read anyway, and so does GDN's `matrix*` precompute forward (the folded block read
+    back from L2); `precompute*` and KDA's `matrix*` fold in a launch of their own before the forward,
+    which reads the checkpoint once more (`separate_fold_launch`). `counts` are the accepted records
+    before the round's fold decision."""
     tb, w = TokenBytes.of(g, cfg), widths.long().cpu()
     c = counts.long().cpu()
     fold = (c + w > cfg.history_len) & (w > 0)
     gate = g.value_heads * g.gate_width * 4
-    checkpoint_passes = 2 if cfg.mode_variant in REPLAY_MATRIX_FORWARD else 1
+    checkpoint_passes = 2 if separate_fold_launch(g.family, cfg.mode_variant) else 1
     # the token fold replays the raw records; the matrix fold reads the derived ones (k, d, log gate)
     per_record = tb.derived if cfg.mode_variant in MATRIX_FOLD_PRECISION else tb.raw + gate
     fold_bytes = (fold * (checkpoint_passes * tb.state + c * per_record)).sum()

@@ -77,6 +77,14 @@ def precompute_precision(mode: str, variant: str) -> str | None:
     return table.get(variant)
 
 
+def separate_fold_launch(family: str, variant: str) -> bool:
+    """Whether a replay variant folds in a launch of its own before the layer's forward, which then reads the
+    checkpoint again: the precompute forward's token fold (`precompute*`) and KDA's matrix fold. The inline
+    forward folds inside itself, and GDN's matrix fold runs inside the precompute forward (its per-column
+    gates made KDA's fused form slower: states/replay.py)."""
+    return variant in PRECOMPUTE_PRECISION or (variant in MATRIX_FOLD_PRECISION and family == "kda")
+
+
 def exact_fold(mode: str, variant: str) -> bool:
     """Whether the variant's committed or folded states are native's bit for bit with an fp32 state (every
     variant but replay's `matrix*`, whose states are held to the fp32 contract's tolerance)."""

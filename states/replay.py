@@ -24,7 +24,7 @@ from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_p
 from kernels.ssm.replay_matrix_fold import matrix_fold_supported, replay_matrix_fold
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
 from states.base import (DTYPE_NAMES, MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, Round, SSMState, StateConfig,
-                         _nbytes)
+                         _nbytes, separate_fold_launch)
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
@@ -275,7 +275,7 @@ class ReplayState(SSMState):
             # launch: fused, its per-column gates made GLM-5.3-Flash's round slower, 3694 -> 4043 us
             # (results/reference/h100-2026-12-07/fold-in-forward). The token fold steps a whole [K, BV]
             # block through the records: always its own launch.
-            fuse = self._matrix_fold and g.family == "gdn"
+            fuse = not separate_fold_launch(g.family, self.cfg.mode_variant)
             if not fuse:
                 self._fold_launch(rnd.slots, self._fold_from, layer=layer)
             return replay_precompute_forward(
