@@ -188,7 +188,7 @@ def plan_run(scenario: Scenario, options: dict[str, Any], out_root: Path | str) 
         except memory.DeviceBudgetError as e:
             over.append(e)
     if over and len(over) == len(cases):
-        raise ValueError(str(over[0])) from None
+        raise over[0]
     for e in over:
         print(f"{scenario.name}: {e} (beside cases that fit, it runs into oom rows)", file=sys.stderr, flush=True)
     return cases

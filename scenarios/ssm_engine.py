@@ -453,8 +453,8 @@ class _Comparisons:
         return ([ro.result() for w, ro in self.rollouts.values() if w == v] + [c for w, c in self.single if w == v]
                 + [c for w, c in self.missing.values() if w == v])
 
-    def passed(self, v: Variant) -> bool:
-        return all(c.passed for c in self._final(v))
+    def _failed(self, v: Variant) -> list[Any]:
+        return [c for c in self._final(v) if not c.passed]
 
     def status(self, v: Variant, ooms: set[str]) -> tuple[str, str]:
         """The row's (status, reason) once `v` ran to the end: `passed`, or `mismatch` with why. A variant
@@ -462,17 +462,13 @@ class _Comparisons:
         hold, where replay and compact still fit) stays `passed`, its timing kept, and its reason says which
         contracts went unchecked; those comparisons still fail in the equivalence report (the gate and the
         run's exit code refuse a contract left unchecked)."""
-        bad = [c for c in self._final(v) if not c.passed]
+        bad = self._failed(v)
         if not bad:
             return "passed", ""
         if all(c.problem and c.rhs in ooms for c in bad):
             unchecked = sorted({f"contract {c.contract} vs {c.rhs}" for c in bad})
             return "passed", f"unchecked ({', '.join(unchecked)}: out of memory); every other comparison passed"
-        return "mismatch", self.why(v)
-
-    def why(self, v: Variant) -> str:
-        bad = [c for c in self._final(v) if not c.passed]
-        return "; ".join(f"{c.name} vs {c.rhs} (contract {c.contract}, {_summary(c)})" for c in bad[:3])
+        return "mismatch", "; ".join(f"{c.name} vs {c.rhs} (contract {c.contract}, {_summary(c)})" for c in bad[:3])
 
     def record(self) -> None:
         for _, ro in self.rollouts.values():
