@@ -112,7 +112,8 @@ ReplayForward = Annotated[str | None, typer.Option(
          "tf32 is outside the fp32 contract and reported beside) | matrix (precompute, and the history folds as matrix "
          "products too: states by tolerance, not bitwise; fp32 history only) | "
          f"{' | '.join('matrix-' + p for p in PRECISIONS if p not in (DEFAULT_PRECISION, 'tf32'))} (the same at that "
-         "dot precision)")]
+         "dot precision) | inline-matrix, inline-matrix-<precision> (inline, folding in matrix form inside its forward: "
+         "states by tolerance; fp32 history only)")]
 HistoryDtype = Annotated[str, typer.Option(help="replay derived-history dtype: fp32 | bf16")]
 Gates = Annotated[str | None, typer.Option(
     help="gate inputs (default random): random (decays ~0.5..1, short memory) | long-memory (every per-token decay 0.995..0.9997, "

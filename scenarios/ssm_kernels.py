@@ -11,6 +11,8 @@ A `KernelCase` launches one kernel with a given config on pools filled with rand
     deferred-verify          read the state and the pending records, write the state, verify W tokens
     replay-forward           `history` records of history, no fold (the common round)
     replay-forward-folding   the same kernel where every row folds `Lh - W + 2` records first (bench only)
+    replay-forward-matrix-folding  the same, folding in matrix form inside it (`inline-matrix*`; the matrix
+                             fold's default BK, `precision`; bench only)
     replay-fold              the all-layer fold into a snapshot buffer (read state + raw records, write)
     replay-precompute        the precompute forward (tensor cores), `history` records of history
     replay-precompute-folding  the same kernel where every row folds its `Lh - W + 2` records inside it (the
@@ -43,6 +45,7 @@ from kernels.ssm.configs import (
     Config,
 )
 from kernels.ssm.conv import causal_conv_update
+from kernels.ssm.dot_precision import DEFAULT_PRECISION
 from kernels.ssm.native import native_verify
 from kernels.ssm.replay import replay_fold, replay_forward
 from kernels.ssm.replay_matrix_fold import matrix_fold_supported, replay_matrix_fold
@@ -53,8 +56,8 @@ from states.geometry import SSMGeometry
 from states.params import SSMParams, make_token_inputs
 
 CASES = (CONV, NATIVE_VERIFY, COMPACT_VERIFY, COMPACT_COMMIT, DEFERRED_VERIFY, REPLAY_FORWARD,
-         "replay-forward-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE, "replay-precompute-folding",
-         COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE)
+         "replay-forward-folding", "replay-forward-matrix-folding", REPLAY_FOLD, REPLAY_MATRIX_FOLD, REPLAY_PRECOMPUTE,
+         "replay-precompute-folding", COMPACT_PRECOMPUTE, DEFERRED_PRECOMPUTE)
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,16 @@ def kernel_cases(geom: SSMGeometry, params: SSMParams, *, batch: int, drafts: in
             lambda c, r=rep, f=fold_from: replay_forward(r._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots,
                                                          widths, cu, f, c, lb),
             moved)
+    if "replay-forward-matrix-folding" in names and matrix_fold_supported(K, V, base.history_dtype) is None:
+        # the inline-matrix variants' forward in the round every row folds: the fold reads the derived records
+        mat, _ = _pool(geom, params, replace(base, mode="replay", variant="inline-matrix"), seed)
+        fold_from = every_row_folds(mat)
+        fold_config = mat.kernel_configs[REPLAY_MATRIX_FOLD]
+        add("replay-forward-matrix-folding", REPLAY_FORWARD,
+            lambda c, m=mat, f=fold_from: replay_forward(m._pool, 0, qkv, x.a, x.b, p.A_log[0], p.dt_bias[0], slots,
+                                                         widths, cu, f, c, lb, fold_config=fold_config,
+                                                         fold_precision=precision or DEFAULT_PRECISION),
+            n * (2 * state + W * (derived + raw + tok_in) + folded * derived))
     if REPLAY_FOLD in names:
         rep, _ = _pool(geom, params, replace(base, mode="replay", variant="inline"), seed)
         count = history_len

@@ -37,7 +37,7 @@ from scenarios.ssm_workload import AcceptModel, build_workload
 from states import make_state
 from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from states.base import (ACT_DTYPES, DTYPE_NAMES, MODE_VARIANTS, STATE_DTYPES, StateConfig, exact_fold,
-                         precompute_precision)
+                         precompute_precision, tensor_core_precision)
 from states.geometry import SSMGeometry
 from states.presets import get_ssm_preset
 
@@ -67,7 +67,7 @@ def _rounds(cfg: StateConfig) -> int:
 # itself at the default precision).
 MATRIX_KERNEL_BASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "replay-precompute": ("replay", ("precompute", "matrix")), "compact-precompute": ("compact", ("accept-precompute",)),
-    "deferred-precompute": ("compact", ("deferred-precompute",)), "replay-matrix-fold": ("replay", ("matrix",)),
+    "deferred-precompute": ("compact", ("deferred-precompute",)), "replay-matrix-fold": ("replay", ("matrix", "inline-matrix")),
 }
 
 
@@ -85,7 +85,7 @@ def run_precisions(kernel: str) -> list[str]:
     mode, bases = MATRIX_KERNEL_BASES[kernel]
     found = set()
     for v in RUN_VARIANTS.get(mode, ()):
-        p = precompute_precision(mode, v)
+        p = tensor_core_precision(mode, v)
         if p is not None and v in {base if p == DEFAULT_PRECISION else f"{base}-{p}" for base in bases}:
             found.add(p)
     return sorted(found) or [DEFAULT_PRECISION]
@@ -102,7 +102,7 @@ def static_key(geom: SSMGeometry, cfg: StateConfig, kernel: str, precision: str 
     if kernel.startswith("replay"):  # their history shapes the registers
         key.update(Lh=cfg.history_len, hist=DTYPE_NAMES[cfg.history_dtype])
     if kernel in MATRIX_KERNEL_BASES:
-        key["prec"] = precision or precompute_precision(cfg.mode, cfg.mode_variant) or DEFAULT_PRECISION
+        key["prec"] = precision or tensor_core_precision(cfg.mode, cfg.mode_variant) or DEFAULT_PRECISION
     return key
 
 

@@ -59,14 +59,21 @@ COMPACT_MATRIX_VERIFY: dict[str, str] = {**COMPACT_PRECOMPUTE_PRECISION, **DEFER
 # its folded states are not native's bit for bit but within the fp32 contract (SPEC §5), so it is a labelled
 # variant beside the exact ones; `matrix-<precision>` for the other precisions that keep that contract (plain
 # tf32 would put ~1e-3 into every fold of the state, so it has none). fp32 history only.
-MATRIX_FOLD_PRECISION: dict[str, str] = {
+MATRIX_PRECISION: dict[str, str] = {
     "matrix": DEFAULT_PRECISION, **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
+# Replay's `inline-matrix` keeps the inline token forward (its outputs from the token loop) and folds in matrix
+# form inside it (the same helper as `matrix`'s fold): the token fold's 16 steps of the whole block, once every
+# Lh / W rounds, are what decode's replay pays most for beside the checkpoint read. Labelled like `matrix`.
+INLINE_MATRIX_PRECISION: dict[str, str] = {f"inline-{v}": p for v, p in MATRIX_PRECISION.items()}
+# every replay variant that folds in matrix form (states within the fp32 contract, not bitwise), with the
+# precision of its fold
+MATRIX_FOLD_PRECISION: dict[str, str] = {**MATRIX_PRECISION, **INLINE_MATRIX_PRECISION}
 # every replay variant whose forward is the precompute kernel, with its precision
-REPLAY_MATRIX_FORWARD: dict[str, str] = {**PRECOMPUTE_PRECISION, **MATRIX_FOLD_PRECISION}
+REPLAY_MATRIX_FORWARD: dict[str, str] = {**PRECOMPUTE_PRECISION, **MATRIX_PRECISION}
 MODE_VARIANTS: dict[str, tuple[str, ...]] = {
     "native": ("",),
     "compact": ("accept", "deferred", *COMPACT_PRECOMPUTE_PRECISION, *DEFERRED_PRECOMPUTE_PRECISION),
-    "replay": ("inline", *REPLAY_MATRIX_FORWARD),
+    "replay": ("inline", *REPLAY_MATRIX_FORWARD, *INLINE_MATRIX_PRECISION),
 }
 
 
@@ -77,12 +84,19 @@ def precompute_precision(mode: str, variant: str) -> str | None:
     return table.get(variant)
 
 
+def tensor_core_precision(mode: str, variant: str) -> str | None:
+    """The `tl.dot` precision of whatever a variant runs on tensor cores (its matrix-form outputs, or replay's
+    matrix fold: `inline-matrix*` has only the latter), or None for the variants that run none."""
+    found = precompute_precision(mode, variant)
+    return found if found is not None or mode != "replay" else MATRIX_FOLD_PRECISION.get(variant)
+
+
 def separate_fold_launch(family: str, variant: str) -> bool:
     """Whether a replay variant folds in a launch of its own before the layer's forward, which then reads the
     checkpoint again: the precompute forward's token fold (`precompute*`) and KDA's matrix fold. The inline
-    forward folds inside itself, and GDN's matrix fold runs inside the precompute forward (its per-column
-    gates made KDA's fused form slower: states/replay.py)."""
-    return variant in PRECOMPUTE_PRECISION or (variant in MATRIX_FOLD_PRECISION and family == "kda")
+    forward folds inside itself (`inline`, `inline-matrix*`), and GDN's matrix fold runs inside the precompute
+    forward (its per-column gates made KDA's fused form slower: states/replay.py)."""
+    return variant in PRECOMPUTE_PRECISION or (variant in MATRIX_PRECISION and family == "kda")
 
 
 def exact_fold(mode: str, variant: str) -> bool:
@@ -116,8 +130,8 @@ class StateConfig:
         history_dtype: replay derived-record dtype (normalized k and corrected value d).
         variant: the mode's variant (`MODE_VARIANTS`): compact `accept | deferred` (when a round's
             accepted records reach the state; `accept-precompute*`: accept with a matrix-form verify),
-            replay `inline | precompute* | matrix*` (how forward projects the checkpoint, and for `matrix*`
-            how the history folds); native has one. Empty means the mode's first (default) variant.
+            replay `inline | precompute* | matrix* | inline-matrix*` (how forward projects the checkpoint,
+            and for `matrix*` / `inline-matrix*` how the history folds); native has one. Empty means the mode's first (default) variant.
         backend: `torch` or `triton`.
         device: where the pool lives.
     """

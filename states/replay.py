@@ -23,8 +23,8 @@ from kernels.ssm.configs import CONV, REPLAY_FOLD, REPLAY_FORWARD, REPLAY_MATRIX
 from kernels.ssm.replay import ReplayPool, replay_fold, replay_forward, replay_prepare
 from kernels.ssm.replay_matrix_fold import matrix_fold_supported, replay_matrix_fold
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
-from states.base import (DTYPE_NAMES, MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, Round, SSMState, StateConfig,
-                         _nbytes, separate_fold_launch)
+from states.base import (DTYPE_NAMES, INLINE_MATRIX_PRECISION, MATRIX_FOLD_PRECISION, REPLAY_MATRIX_FORWARD, Round,
+                         SSMState, StateConfig, _nbytes, separate_fold_launch)
 from states.geometry import SSMGeometry
 from states.params import SSMParams, TokenInputs
 
@@ -32,15 +32,16 @@ from states.params import SSMParams, TokenInputs
 class ReplayState(SSMState):
     """Replay pool. On the triton backend `kernel_configs` holds `{kernel: config}` for the forward
     (`replay-forward`, which folds inside, or `replay-precompute`), the fold (`replay-fold`: snapshots,
-    materialize, and the precompute variants' folds; `replay-matrix-fold` for the matrix variants) and
-    `conv`.
+    materialize, and the precompute variants' folds; `replay-matrix-fold` for the matrix-fold variants, whose
+    BK the inline forward's matrix fold also takes) and `conv`.
 
     Variants: `inline` walks the round token by token; `precompute` runs the round's products on
     tensor cores (kernels/ssm/replay_precompute.py), at the precision `REPLAY_MATRIX_FORWARD` names
     (`precompute-<precision>` for the others), with a layer's folds in a fold launch just before it.
     Those fold through native's step; `matrix*` runs the same forward and folds in matrix form from the
-    stored d's (kernels/ssm/replay_matrix_fold.py; states within the fp32 contract, not bitwise). The torch
-    backend computes the forward of all with the same reference formula, and each fold as its variant does."""
+    stored d's (kernels/ssm/replay_matrix_fold.py; states within the fp32 contract, not bitwise);
+    `inline-matrix*` is `inline`'s forward with that matrix fold inside it. The torch backend computes the
+    forward of all with the same reference formula, and each fold as its variant does."""
 
     mode = "replay"
 
@@ -284,9 +285,13 @@ class ReplayState(SSMState):
                 precision=REPLAY_MATRIX_FORWARD[self.cfg.mode_variant],
                 fold_from=self._fold_from if fuse else None,
             )
+        # inline-matrix*: the inline forward folds inside itself in matrix form (the matrix fold's helper and BK)
+        matrix = self.cfg.mode_variant in INLINE_MATRIX_PRECISION
         return replay_forward(
             self._pool, layer, qkv, inputs.a, inputs.b, p.A_log[layer], p.dt_bias[layer], rnd.slots, rnd.widths,
             rnd.cu_seqlens, self._fold_from, self.kernel_configs[REPLAY_FORWARD], g.lower_bound,
+            fold_precision=INLINE_MATRIX_PRECISION[self.cfg.mode_variant] if matrix else None,
+            fold_config=self.kernel_configs[REPLAY_MATRIX_FOLD] if matrix else None,
         )
 
     def _accept_mode(self, rnd: Round, accepted: torch.Tensor) -> None:

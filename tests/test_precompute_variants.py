@@ -14,7 +14,9 @@ from kernels.ssm.dot_precision import DEFAULT_PRECISION, PRECISIONS
 from kernels.ssm.replay_precompute import precompute_supported, replay_precompute_forward
 from results.store import load_run
 from scenarios import tolerances
-from states.base import MATRIX_FOLD_PRECISION, MODE_VARIANTS, PRECOMPUTE_PRECISION, REPLAY_MATRIX_FORWARD, exact_fold
+from states.base import (INLINE_MATRIX_PRECISION, MATRIX_FOLD_PRECISION, MATRIX_PRECISION, MODE_VARIANTS,
+                         PRECOMPUTE_PRECISION, REPLAY_MATRIX_FORWARD, exact_fold, precompute_precision,
+                         tensor_core_precision)
 
 runner = CliRunner()
 
@@ -25,11 +27,20 @@ def test_every_precision_is_a_named_replay_variant():
     named = {v: p for v, p in PRECOMPUTE_PRECISION.items() if v != "precompute"}
     assert named == {f"precompute-{p}": p for p in PRECISIONS if p != DEFAULT_PRECISION}
     assert set(MODE_VARIANTS["replay"]) == {"inline", *PRECOMPUTE_PRECISION, *MATRIX_FOLD_PRECISION}
-    # the matrix fold's variants: every precision that keeps the fp32 contract on the states it folds
-    assert MATRIX_FOLD_PRECISION == {"matrix": DEFAULT_PRECISION,
-                                     **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
-    assert REPLAY_MATRIX_FORWARD == {**PRECOMPUTE_PRECISION, **MATRIX_FOLD_PRECISION}
+    # the matrix fold's variants: every precision that keeps the fp32 contract on the states it folds, after the
+    # precompute forward (`matrix*`) or inside the inline one (`inline-matrix*`)
+    matrix = {"matrix": DEFAULT_PRECISION, **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
+    assert MATRIX_PRECISION == matrix
+    assert INLINE_MATRIX_PRECISION == {f"inline-{v}": p for v, p in matrix.items()}
+    assert MATRIX_FOLD_PRECISION == {**MATRIX_PRECISION, **INLINE_MATRIX_PRECISION}
+    assert REPLAY_MATRIX_FORWARD == {**PRECOMPUTE_PRECISION, **MATRIX_PRECISION}
     assert [v for v in MODE_VARIANTS["replay"] if not exact_fold("replay", v)] == list(MATRIX_FOLD_PRECISION)
+    # which precision a variant's tensor cores run at: the forward's, else (inline-matrix) the fold's
+    assert tensor_core_precision("replay", "inline-matrix-bf16x3") == "bf16x3"
+    assert precompute_precision("replay", "inline-matrix-bf16x3") is None
+    assert tensor_core_precision("replay", "matrix-tf32x3") == "tf32x3"
+    assert tensor_core_precision("replay", "inline") is None and tensor_core_precision("native", "") is None
+    assert tensor_core_precision("compact", "deferred-precompute-bf16x3") == "bf16x3"
     assert all(exact_fold("compact", v) for v in MODE_VARIANTS["compact"]) and exact_fold("native", "")
 
 

@@ -18,11 +18,11 @@ def test_a_fold_reads_the_checkpoint_again_only_after_a_launch_of_its_own(preset
     widths, accepted = torch.tensor([3, 3]), torch.tensor([1, 2])
     counts = torch.tensor([lh - 1, 0])  # row 0 folds (count + width > Lh), row 1 does not
     passes = {}
-    for variant in ("inline", "precompute", "matrix-bf16x3"):
+    for variant in ("inline", "precompute", "matrix-bf16x3", "inline-matrix-bf16x3"):
         cfg = StateConfig("replay", max_requests=2, drafts=2, state_dtype=torch.float32, act_dtype=torch.bfloat16,
                           history_len=lh, history_dtype=torch.float32, variant=variant)
         tb = TokenBytes.of(g, cfg)
-        per_record = tb.derived if variant.startswith("matrix") else tb.raw + g.value_heads * g.gate_width * 4
+        per_record = tb.derived if "matrix" in variant else tb.raw + g.value_heads * g.gate_width * 4
         unfolded = replay_round_bytes(g, cfg, widths, accepted, torch.tensor([0, 0]))
         folded = replay_round_bytes(g, cfg, widths, accepted, counts)
         # the folding row adds its count records and the checkpoint's write, and the checkpoint's read too where
@@ -33,3 +33,6 @@ def test_a_fold_reads_the_checkpoint_again_only_after_a_launch_of_its_own(preset
     assert passes["precompute"] == pytest.approx(2)  # the token fold's launch, then the forward reads it again
     assert passes["matrix-bf16x3"] == pytest.approx(2 if g.family == "kda" else 1)  # GDN's fold runs inside
     assert separate_fold_launch(g.family, "matrix-bf16x3") == (g.family == "kda")
+    # the inline forward's matrix fold: in the forward's programs for both families, from the derived records
+    assert passes["inline-matrix-bf16x3"] == pytest.approx(1)
+    assert not separate_fold_launch(g.family, "inline-matrix-bf16x3")

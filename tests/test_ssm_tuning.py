@@ -97,7 +97,10 @@ def test_matrix_kernels_are_keyed_and_tuned_by_their_dot_precision():
     geom = get_preset("tiny-gdn").ssm
     runs = {("compact", "accept-precompute-bf16x3"): {"compact-precompute": "bf16x3"},
             ("compact", "deferred-precompute"): {"deferred-precompute": "ieee"},
-            ("replay", "matrix-tf32x3"): {"replay-precompute": "tf32x3", "replay-matrix-fold": "tf32x3"}}
+            ("replay", "matrix-tf32x3"): {"replay-precompute": "tf32x3", "replay-matrix-fold": "tf32x3"},
+            # the inline forward runs no tensor cores of its own; its matrix fold takes the fold kernel's BK, tuned
+            # at the fold's precision
+            ("replay", "inline-matrix-bf16x3"): {"replay-matrix-fold": "bf16x3"}}
     for (mode, variant), kernels in runs.items():
         cfg = StateConfig(mode, 2, drafts=3, variant=variant, backend="triton")
         for kernel, prec in kernels.items():

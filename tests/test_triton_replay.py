@@ -82,6 +82,11 @@ CASES = [
     Case("tiny-kda", torch.float32, torch.float32, "fixed", materialize_at=2, variant="matrix"),
     pytest.param(Case("tiny-gdn", torch.bfloat16, torch.float32, "fixed", step_bv=8, variant="matrix-bf16x3"),
                  marks=SLOW),
+    # inline-matrix: the inline forward with the matrix fold inside it; BV 8 folds over 16 columns with the
+    # other program's 8 masked off (two V blocks), BV 16 over exactly its own
+    Case("tiny-kda", torch.float32, torch.float32, "dynamic", step_bv=8, variant="inline-matrix"),
+    pytest.param(Case("tiny-gdn", torch.bfloat16, torch.float32, "fixed", variant="inline-matrix-bf16x3"),
+                 marks=SLOW),
 ]
 PRECOMPUTE_RMS = 1e-5  # tf32x3 products: about fp32 accuracy, reassociated
 

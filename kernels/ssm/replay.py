@@ -27,6 +27,10 @@ checkpoint: with `G_t = sum_{i <= t} g_i` since the checkpoint it keeps the deca
 `G_t - G_j <= 0`, then multiplied forward by each new `exp(g)`), and computes `sk_t`,
 `d_t = beta_t (v_t - sk_t)` and `o_t` of SPEC §3; `d_t` and `k_t` are rounded to the history dtype
 before any later use, as the records will hold them.
+
+The `inline-matrix*` variants run this forward with `MATRIX_FOLD`: a folding row folds in matrix form from
+the derived records (kernels/ssm/matrix_fold_block.py, the matrix fold's helper) instead of stepping the
+block through the raw ones, so its states are native's within the fp32 contract, not bit for bit.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.ssm.configs import REPLAY_FOLD, REPLAY_FORWARD, Config
+from kernels.ssm.configs import REPLAY_FOLD, REPLAY_FORWARD, REPLAY_MATRIX_FOLD, Config
+from kernels.ssm.matrix_fold_block import fold_block, matrix_fold_supported
+from kernels.ssm.matrix_round import matrix_blocks
 from kernels.ssm.native import check_verify_inputs, head_gate_params, step_launch_options, zero_padding_rows
 from kernels.ssm.step import decay_of, delta_step, l2norm, load_token, prepare_token, project_token, round_to
 
@@ -190,7 +196,9 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
                           ssm, hist_k, hist_d, hist_g, raw_k, raw_v, raw_beta, cursor,
                           slots, widths, cu_seqlens, fold_from, layer, cap, n, scale, lower_bound,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, W: tl.constexpr,
-                          P: tl.constexpr, IS_KDA: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+                          P: tl.constexpr, IS_KDA: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                          MATRIX_FOLD: tl.constexpr, J: tl.constexpr, KP: tl.constexpr, FBK: tl.constexpr,
+                          FBV: tl.constexpr, PREC: tl.constexpr):
     """Grid `(cdiv(V, BV) * n * HV,)`: outputs and records of one layer for one row, value head, V block.
 
     A row that `replay_prepare` marked (`fold_from[r] >= 0`) first folds its old records into the
@@ -198,6 +206,10 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
     checkpoint is only read. History records `0 .. count - 1` and the round's tokens share the
     registers `b_kd [Lh, BK]` (decayed keys `e^{G_now - G_j} k_j`) and `b_dd [Lh, BV]` (`d_j`);
     prepare made `count + width <= Lh`.
+
+    MATRIX_FOLD (the `inline-matrix*` variants) folds in matrix form instead (`fold_block`, the matrix
+    fold's helper: `FBK`-row chunks, `J` records, `PREC` products) over `FBV = max(BV, 16)` columns, the
+    tensor cores' narrowest, of which those past this program's `BV` are masked off.
     """
     pid = tl.program_id(0)
     NV: tl.constexpr = tl.cdiv(V, BV)
@@ -218,14 +230,25 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
 
     x_q, x_k, x_v, x_a, x_b = load_token(qkv, a, b, bos, w > 0, i_h, i_hv, o_k, m_k, o_v, m_v, H, HV, K, V, IS_KDA)
     p_s0 = ssm + (row * HV + i_hv) * K * V + o_k[:, None] * V + o_v[None, :]
-    b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
     old_cursor = tl.load(fold_from + i_n)
-    if old_cursor >= 0:
-        b_s0 = fold_records(b_s0, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k, m_k, o_v, m_v,
-                            H, HV, K, V, P, IS_KDA)
-        b_s0 = round_to(b_s0, ssm.dtype.element_ty)
-        tl.store(p_s0, b_s0, mask=m_h)
-        b_s0 = b_s0.to(tl.float32)
+    if MATRIX_FOLD:
+        if old_cursor >= 0:
+            # Fold first, chunk by chunk, straight from and to the checkpoint: the chunks' registers are dead
+            # before the forward's block is live, and the block is read back below from L2. The barrier makes
+            # this program's stores visible to all its threads (the fold's dot layout is not the block's).
+            o_f = i_v * BV + tl.arange(0, FBV)
+            fold_block(ssm, hist_k, hist_d, hist_g, ssm + (row * HV + i_hv) * K * V, row, i_h, i_hv, old_cursor,
+                       o_f, (tl.arange(0, FBV) < BV) & (o_f < V), H, HV, K, V, P, J, IS_KDA, KP, FBK, FBV, PREC)
+            tl.debug_barrier()
+        b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
+    else:
+        b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
+        if old_cursor >= 0:
+            b_s0 = fold_records(b_s0, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k, m_k, o_v, m_v,
+                                H, HV, K, V, P, IS_KDA)
+            b_s0 = round_to(b_s0, ssm.dtype.element_ty)
+            tl.store(p_s0, b_s0, mask=m_h)
+            b_s0 = b_s0.to(tl.float32)
 
     cur = tl.load(cursor + slot, mask=w > 0, other=0)
     count = cur % P
@@ -376,6 +399,8 @@ def replay_forward(
     config: Config,
     lower_bound: float = -5.0,
     out: torch.Tensor | None = None,
+    fold_precision: str | None = None,
+    fold_config: Config | None = None,
 ) -> torch.Tensor:
     """One layer of a replay round: outputs from checkpoint + history, records appended; the
     checkpoint is written only by the rows that fold.
@@ -397,6 +422,12 @@ def replay_forward(
             it too and still equals native's state bit for bit.
         lower_bound: KDA gate bound.
         out: optional `[T, HV, V]` float32 buffer.
+        fold_precision: None folds token by token (native's step: bitwise); a `tl.dot` precision
+            (`PRECISIONS`) folds in matrix form from the stored d's instead (the `inline-matrix*` variants:
+            kernels/ssm/replay_matrix_fold.py, states within the fp32 contract, not bitwise; fp32 history,
+            `matrix_fold_supported`).
+        fold_config: with `fold_precision`, the `replay-matrix-fold` config whose `BK` (K chunk of the fold)
+            it takes; its `BV` and warps are the forward's own.
 
     Returns:
         out `[T, HV, V]` float32: every row written, rows past `cu_seqlens[n]` zero.
@@ -407,11 +438,21 @@ def replay_forward(
     if fold_from.shape != (n,):
         raise ValueError(f"fold_from has shape {tuple(fold_from.shape)}, expected ({n},)")
     BV, opts = step_launch_options(REPLAY_FORWARD, config, V)
+    fold = {"MATRIX_FOLD": False, "J": 16, "KP": 16, "FBK": 16, "FBV": 16, "PREC": "ieee"}  # unused by the token fold
+    if fold_precision is not None:
+        why = matrix_fold_supported(K, V, pool.hist_d.dtype)
+        if why:
+            raise ValueError(why)
+        if fold_config is None:
+            raise ValueError("a matrix fold inside the forward needs fold_config (a replay-matrix-fold config)")
+        m = matrix_blocks(REPLAY_MATRIX_FOLD, fold_config, K, V, fold_precision)
+        fold = {"MATRIX_FOLD": True, "J": max(16, P // 2), "KP": m["KP"], "FBK": m["BK"], "FBV": max(16, BV),
+                "PREC": m["PREC"]}
     replay_forward_kernel[(triton.cdiv(V, BV) * n * HV,)](
         qkv, a, b, A_log, dt_bias, out,
         pool.ssm, pool.hist_k, pool.hist_d, pool.hist_g, pool.raw_k, pool.raw_v, pool.raw_beta, pool.cursor,
         slots, widths, cu_seqlens, fold_from, layer, cap, n, K**-0.5, lower_bound,
-        H=H, HV=HV, K=K, V=V, W=W, P=P, IS_KDA=is_kda, BK=triton.next_power_of_2(K), BV=BV, **opts,
+        H=H, HV=HV, K=K, V=V, W=W, P=P, IS_KDA=is_kda, BK=triton.next_power_of_2(K), BV=BV, **fold, **opts,
     )
     return out
 

@@ -50,10 +50,10 @@ import triton.language as tl
 
 from kernels.ssm.configs import REPLAY_PRECOMPUTE, Config
 from kernels.ssm.dot_precision import DEFAULT_PRECISION
+from kernels.ssm.matrix_fold_block import fold_block, history_keys, matrix_fold_supported
 from kernels.ssm.matrix_round import matrix_blocks, round_chunk, round_scalars, solve_round, stack_vec
 from kernels.ssm.native import zero_padding_rows
 from kernels.ssm.replay import ReplayPool, check_replay_round
-from kernels.ssm.replay_matrix_fold import fold_block, matrix_fold_supported
 from kernels.ssm.step import round_to
 
 # The largest KDA `W * |lower_bound|` the kernel can factor (e^80 and e^-80 are well inside fp32's range, so
@@ -140,14 +140,9 @@ def replay_precompute_kernel(qkv, a, b, A_log, dt_bias, out,
         x_k, b_k, b_x, b_gk, b_gamk = round_chunk(qkv, a, dt_bias, bos, o_t, m_t, o_k, m_k, i_h, i_hv, r_q, r_k,
                                                   b_A_log, lower_bound, H, HV, K, V, IS_KDA)
         b_kh = round_to(b_k, hist_k.dtype.element_ty)  # the key as its record holds it
-        m_jk = m_j[:, None] & m_k[None, :]
-        b_kd = tl.load(p_hk + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0).to(tl.float32)
+        b_kd, b_gck = history_keys(p_hk, p_hg, base, o_j, m_j, m_jn, o_k, m_k, K, IS_KDA)  # (b_gc: GDN's total)
         if IS_KDA:
-            b_hg = tl.load(p_hg + (base + o_j)[:, None] * K + o_k[None, :], mask=m_jk, other=0.0)
-            b_hn = tl.load(p_hg + (base + o_j + 1)[:, None] * K + o_k[None, :], mask=m_jn[:, None] & m_k[None, :],
-                           other=0.0)
-            b_kd = b_kd * tl.exp(tl.cumsum(b_hn, 0, reverse=True))
-            b_xc = b_x * tl.exp(tl.sum(b_hg, 0))[None, :]
+            b_xc = b_x * tl.exp(b_gck)[None, :]
             b_kr = b_kh.to(tl.float32) * tl.exp(-b_gamk)
             tl.store(p_hg + pos[:, None] * K + o_k[None, :], b_gk, mask=m_tk & (i_v == 0))
         else:
