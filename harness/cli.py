@@ -106,7 +106,7 @@ CompactCommit = Annotated[str | None, typer.Option(
          "precision; tf32 is outside the fp32 contract) | deferred-precompute, deferred-precompute-<precision> (deferred, "
          "its verify outputs as matrix products after the bitwise commit of the pending records)")]
 ReplayForward = Annotated[str | None, typer.Option(
-    help="comma list of replay forward variants (default inline,matrix-bf16x3): inline (token by token) | precompute (the round's "
+    help="comma list of replay forward variants (default inline,matrix-bf16x3) (decode adds inline-matrix-bf16x3): inline (token by token) | precompute (the round's "
          f"products on tensor cores at {DEFAULT_PRECISION}, fp32-contract accuracy; outputs compared by tolerance only) | "
          f"{' | '.join('precompute-' + p for p in PRECISIONS if p != DEFAULT_PRECISION)} (the same at that dot precision; "
          "tf32 is outside the fp32 contract and reported beside) | matrix (precompute, and the history folds as matrix "

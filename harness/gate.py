@@ -43,7 +43,7 @@ from kernels.common.triton_cpu import interpreting
 from results.store import RunWriter, update_manifest
 from scenarios import get_scenario
 from scenarios.page_options import tp_degrees
-from scenarios.ssm_options import RUN_VARIANTS
+from scenarios.ssm_options import DECODE_RUN_VARIANTS, RUN_VARIANTS
 
 TINY = ("tiny-gdn", "tiny-kda")
 # Every gate case runs every variant of every mode (SPEC §3) and compares accepted states of every request
@@ -52,12 +52,13 @@ GATE_OPTIONS = {"snapshot_every": 1, "snapshot_requests": "all", "compact_commit
                "replay_forward": "inline,precompute"}
 # Where the Triton kernels run (the model cases, the interpreter cases) compact's matrix-form verify runs too;
 # on the torch backend alone it is `accept` again (states/compact.py), so the torch-only cases leave it out.
-# The model cases run the variants a run compares by default (RUN_VARIANTS: the bitwise ones and the fastest
+# The model cases run the variants a run compares by default (RUN_VARIANTS, and decode's DECODE_RUN_VARIANTS in
+# every case: the bitwise ones and the fastest
 # contract-keeping matrix variants, at bf16x3), so what the rows report is what the GPU gate judged. The
 # precompute forward with the bitwise token fold (`precompute`) is judged in the interpreter cases and the
 # CUDA kernel tests; at model shape it would only repeat matrix-bf16x3's forward (SPEC §7's 2-minute budget).
 KERNEL_GATE_OPTIONS = {**GATE_OPTIONS, "compact_commit": ",".join(RUN_VARIANTS["compact"]),
-                       "replay_forward": ",".join(RUN_VARIANTS["replay"])}
+                       "replay_forward": ",".join((*RUN_VARIANTS["replay"], *DECODE_RUN_VARIANTS["replay"]))}
 # The interpreter computes every product in fp32 whatever precision is asked, so its cases name each matrix
 # variant once, at the default precision.
 INTERPRETER_GATE_OPTIONS = {**GATE_OPTIONS, "replay_forward": "inline,precompute,matrix",

@@ -33,10 +33,14 @@ SSM_BACKENDS = (*BACKENDS, *BASELINES)  # ours, then the peers' kernels (kernels
 # contract, measured in tuned rows on an H200 (results/reference/h200-2026-12-04c/modes, Qwen3-Next, W 4, batch
 # 128 / 256, against native): compact accept-precompute-bf16x3 1.42x / 1.44x and deferred-precompute-bf16x3
 # 1.55x / 1.58x, replay matrix-bf16x3 1.85x / 1.90x (precompute-bf16x3, the same forward with the bitwise token
-# fold, is slower; ieee products are slower at every matrix kernel, h200-2026-12-04b/precompute). Decode keeps
-# inline as its best replay (1.20x against matrix-bf16x3's 0.89x), so both stay.
+# fold, is slower; ieee products are slower at every matrix kernel, h200-2026-12-04b/precompute). Decode's best
+# replay is inline-matrix-bf16x3 (the inline forward, folding in matrix form): on an H100, Qwen3-Next batch 128,
+# 1.51x native against inline's 1.35x and matrix-bf16x3's 1.31x, where at W 4 it is 1.49x against matrix-bf16x3's
+# 2.56x (results/reference/h100-2026-12-07c/inline-matrix). So decode runs (drafts 0) add it; MTP runs name it with
+# --replay-forward. The model gate runs all of them in every case (harness/gate.py).
 RUN_VARIANTS = {"compact": ("accept", "deferred", "accept-precompute-bf16x3", "deferred-precompute-bf16x3"),
                 "replay": ("inline", "matrix-bf16x3")}
+DECODE_RUN_VARIANTS = {"replay": ("inline-matrix-bf16x3",)}
 SEED_MAX = 2**31 - 1
 SNAPSHOT_EVERY = 8  # the default of --snapshot-every
 
@@ -99,6 +103,8 @@ def plan_ssm(
     if drafts == 0 and options.get("compact_commit") is None:
         compact_commits = compact_commits[:1]  # compact cannot run without drafts: one unsupported row is enough
     replay_forwards = parse_variants(options.get("replay_forward"), "replay", "--replay-forward")
+    if drafts == 0 and options.get("replay_forward") is None:
+        replay_forwards = (*replay_forwards, *DECODE_RUN_VARIANTS["replay"])
     rounds = fixed("rounds", rounds_default, lambda v: parse_int(v, "--rounds", lo=1), "_rounds")
     if trace is None:
         accept_spec = given(options.get("accept"), accept_default)

@@ -45,8 +45,8 @@ def test_decode_default_run(tmp_path, options, request):
     for name in RUN_FILES:
         assert (run_dir / name).exists(), name
     df = pd.read_csv(run_dir / "throughput.csv")
-    assert list(df["mode"]) == ["native", "compact", "replay", "replay"]
-    assert list(df["variant"].fillna("")) == ["", "accept", "inline", "matrix-bf16x3"]
+    assert list(df["mode"]) == ["native", "compact", "replay", "replay", "replay"]
+    assert list(df["variant"].fillna("")) == ["", "accept", "inline", "matrix-bf16x3", "inline-matrix-bf16x3"]
     compact = df[df["mode"] == "compact"].iloc[0]
     assert compact["status"] == "unsupported" and "needs drafts" in compact["reason"]
     assert set(df[df["mode"] != "compact"]["status"]) == {"passed"}

@@ -133,3 +133,5 @@ def test_the_help_names_the_variants_a_run_compares():
     for option, mode in ((cli.CompactCommit, "compact"), (cli.ReplayForward, "replay")):
         help_text = option.__metadata__[0].help
         assert f"(default {','.join(RUN_VARIANTS[mode])})" in help_text, (mode, help_text[:120])
+    from scenarios.ssm_options import DECODE_RUN_VARIANTS
+    assert f"(decode adds {','.join(DECODE_RUN_VARIANTS['replay'])})" in cli.ReplayForward.__metadata__[0].help

@@ -46,7 +46,8 @@ def test_long_rollouts_get_a_drift_figure(long_decode):
     comps = [c for c in load_run(outcome.path).comparisons if c.case == batch2 and c.rhs == "fp64-reference"]
     fig = figure("decode", [("fp32", c) for c in comps])
     outputs, states = fig.axes
-    lines = ["native/torch fp32 state", "replay-matrix-bf16x3/torch fp32 state", "replay/torch fp32 state"]
+    lines = ["native/torch fp32 state", "replay-inline-matrix-bf16x3/torch fp32 state",
+             "replay-matrix-bf16x3/torch fp32 state", "replay/torch fp32 state"]
     assert sorted(outputs.get_legend_handles_labels()[1]) == lines
     assert sorted(states.get_legend_handles_labels()[1]) == lines
     assert all(len(line.get_xdata()) == 32 for line in outputs.lines if line.get_label().endswith("state"))

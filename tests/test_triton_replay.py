@@ -43,6 +43,11 @@ FP32_RMS = 1e-6  # triton vs torch replay, outputs and folded states, fp32 state
 # One bf16 rounding of d or of the checkpoint that lands on the other side of a tie between backends
 # moves the RMS by ~2^-8 / sqrt(elements); measured 0 to 5e-8 on these shapes.
 BF16_RMS = 1e-4
+# A matrix fold (matrix*, inline-matrix*) into a bf16 checkpoint: the backends' fp32 folds differ by ~1e-6
+# relative (products reassociated), and every element that straddles a bf16 rounding boundary lands one bf16 ulp
+# (2^-8) apart, on every fold; measured 1.09e-4 on an H100 (tiny-gdn, inline-matrix-bf16x3, the final snapshot;
+# results/reference/h100-2026-12-07c/inline-matrix/tests.txt). About 10x that.
+MATRIX_FOLD_BF16_RMS = 1e-3
 REFERENCE_RMS = 1e-5  # SPEC §5 contract 3, fp32 state: outputs with fp32 history, folded states always
 # bf16 history rounds each record's k and d (2^-9 relative) before outputs use them; folds replay raw
 # records, so only outputs carry it. Measured up to 2.4e-3 on these shapes.
@@ -210,6 +215,8 @@ def test_triton_replay_matches_torch_replay_and_fp64(case: Case, monkeypatch: py
     tol = FP32_RMS if case.state_dtype == case.history_dtype == torch.float32 else BF16_RMS
     if case.variant != "inline":
         tol = max(tol, PRECOMPUTE_RMS)
+    if "matrix" in case.variant and case.state_dtype == torch.bfloat16:
+        tol = max(tol, MATRIX_FOLD_BF16_RMS)
     gen = torch.Generator().manual_seed(seed + 1)
     P = 2 * LH
     folds, phases = [0] * len(ROWS), [set() for _ in ROWS]
