@@ -67,7 +67,8 @@ def _rounds(cfg: StateConfig) -> int:
 # itself at the default precision).
 MATRIX_KERNEL_BASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "replay-precompute": ("replay", ("precompute", "matrix")), "compact-precompute": ("compact", ("accept-precompute",)),
-    "deferred-precompute": ("compact", ("deferred-precompute",)), "replay-matrix-fold": ("replay", ("matrix", "inline-matrix")),
+    "deferred-precompute": ("compact", ("deferred-precompute",)),
+    "replay-matrix-fold": ("replay", ("matrix", "inline-matrix")),
 }
 
 

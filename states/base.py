@@ -87,8 +87,8 @@ def precompute_precision(mode: str, variant: str) -> str | None:
 def tensor_core_precision(mode: str, variant: str) -> str | None:
     """The `tl.dot` precision of whatever a variant runs on tensor cores (its matrix-form outputs, or replay's
     matrix fold: `inline-matrix*` has only the latter), or None for the variants that run none."""
-    found = precompute_precision(mode, variant)
-    return found if found is not None or mode != "replay" else MATRIX_FOLD_PRECISION.get(variant)
+    fold = MATRIX_FOLD_PRECISION.get(variant) if mode == "replay" else None
+    return precompute_precision(mode, variant) or fold
 
 
 def separate_fold_launch(family: str, variant: str) -> bool:
@@ -131,7 +131,8 @@ class StateConfig:
         variant: the mode's variant (`MODE_VARIANTS`): compact `accept | deferred` (when a round's
             accepted records reach the state; `accept-precompute*`: accept with a matrix-form verify),
             replay `inline | precompute* | matrix* | inline-matrix*` (how forward projects the checkpoint,
-            and for `matrix*` / `inline-matrix*` how the history folds); native has one. Empty means the mode's first (default) variant.
+            and for `matrix*` / `inline-matrix*` how the history folds); native has one. Empty means the
+            mode's first (default) variant.
         backend: `torch` or `triton`.
         device: where the pool lives.
     """

@@ -29,7 +29,8 @@ def test_every_precision_is_a_named_replay_variant():
     assert set(MODE_VARIANTS["replay"]) == {"inline", *PRECOMPUTE_PRECISION, *MATRIX_FOLD_PRECISION}
     # the matrix fold's variants: every precision that keeps the fp32 contract on the states it folds, after the
     # precompute forward (`matrix*`) or inside the inline one (`inline-matrix*`)
-    matrix = {"matrix": DEFAULT_PRECISION, **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
+    matrix = {"matrix": DEFAULT_PRECISION,
+              **{f"matrix-{p}": p for p in PRECISIONS if p not in (DEFAULT_PRECISION, "tf32")}}
     assert MATRIX_PRECISION == matrix
     assert INLINE_MATRIX_PRECISION == {f"inline-{v}": p for v, p in matrix.items()}
     assert MATRIX_FOLD_PRECISION == {**MATRIX_PRECISION, **INLINE_MATRIX_PRECISION}

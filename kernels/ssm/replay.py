@@ -240,9 +240,8 @@ def replay_forward_kernel(qkv, a, b, A_log, dt_bias, out,
             fold_block(ssm, hist_k, hist_d, hist_g, ssm + (row * HV + i_hv) * K * V, row, i_h, i_hv, old_cursor,
                        o_f, (tl.arange(0, FBV) < BV) & (o_f < V), H, HV, K, V, P, J, IS_KDA, KP, FBK, FBV, PREC)
             tl.debug_barrier()
-        b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
-    else:
-        b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
+    b_s0 = tl.load(p_s0, mask=m_h & (w > 0), other=0.0).to(tl.float32)
+    if not MATRIX_FOLD:
         if old_cursor >= 0:
             b_s0 = fold_records(b_s0, raw_k, raw_v, raw_beta, hist_g, row, i_hv, old_cursor, o_k, m_k, o_v, m_v,
                                 H, HV, K, V, P, IS_KDA)
