@@ -40,26 +40,36 @@ def _expected(x: torch.Tensor, s: float, reps: int, n: int) -> torch.Tensor:
     return (b + torch.cumsum(b, 1)).view(-1)
 
 
-def test_a_launch_patches_the_language_once_for_every_helper_call(monkeypatch):
-    calls = []
+def _record_patches(monkeypatch) -> list:
+    """`(function name, patch scope)` of every `_patch_lang` call from now on."""
+    scopes = []
     patch = interpreter._patch_lang
-    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: (calls.append(fn.__name__), patch(fn))[1])
+
+    def recording(fn):
+        scopes.append((fn.__name__, patch(fn)))
+        return scopes[-1][1]
+
+    monkeypatch.setattr(interpreter, "_patch_lang", recording)
+    return scopes
+
+
+def test_a_launch_patches_the_language_once_for_every_helper_call(monkeypatch):
+    scopes = _record_patches(monkeypatch)
     n, programs, reps = 8, 3, 4
     x = torch.randn(n * programs)
     out = torch.full_like(x, float("nan"))
     _helpers_kernel[(programs,)](x, out, 0.5, N=n, REPS=reps)
     torch.testing.assert_close(out, _expected(x, 0.5, reps, n), rtol=0, atol=1e-6)
     # 3 programs x 4 reps x 3 helper calls ran; the launch patched, then Triton's cumsum once (tl.core)
+    calls = [name for name, _ in scopes]
     assert calls[0] == "_helpers_kernel"
     assert 1 <= len(calls) <= 1 + 2, calls
-    # the launch restored the language: its builtins are Triton's again, so a GPU-style call path is untouched
+    # the launch restored the language: its builtins are Triton's own again
     assert tl.core.is_builtin(tl.arange) and tl.core.is_builtin(tl.load)
 
 
 def test_a_helper_called_outside_a_launch_still_patches(monkeypatch):
-    scopes = []
-    patch = interpreter._patch_lang
-    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: scopes.append((fn.__name__, patch(fn))) or scopes[-1][1])
+    scopes = _record_patches(monkeypatch)
     try:
         assert _scaled(2.0, 3.0) == 6.0
     finally:

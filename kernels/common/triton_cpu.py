@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 import triton
+import triton.language as tl
 import triton.runtime.autotuner as _autotuner
 import triton.testing
 
@@ -77,13 +78,13 @@ def cpu_do_bench(fn: Callable[[], object], warmup: float = 25, rep: float = 100,
     return getattr(torch, return_mode)(samples).item()
 
 
+_LANGS = (id(tl), id(tl.core))
+
+
 def _lang_modules(fn: Callable) -> frozenset[int]:
     """Which of `triton.language` / `triton.language.core` a function's globals name (the modules the
     interpreter patches for it), by id."""
-    import triton.language as tl
-
-    langs = (id(tl), id(tl.core))
-    return frozenset(id(v) for v in fn.__globals__.values() if id(v) in langs)
+    return frozenset(id(v) for v in fn.__globals__.values() if id(v) in _LANGS)
 
 
 def _install_device_call_shim() -> None:
